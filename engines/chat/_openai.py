@@ -1,0 +1,194 @@
+"""``OpenAIChatEngine``: System 2 over the Chat Completions API of OpenAI or any compatible server (vLLM).
+
+Only final content leaves the engine. Servers that reason return it apart (vLLM's ``reasoning`` /
+``reasoning_content`` fields, which are never read) or inline (``<think>…</think>``, Gemma's
+``<|channel>thought…<channel|>``), which is cut from the content.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx2
+import openai
+from langchain_core.messages import BaseMessage
+from openai.types.chat import ChatCompletion
+
+from router import (
+    ChatResult,
+    ConfigError,
+    EngineError,
+    EngineProtocolError,
+    System2Settings,
+    ToolCall,
+    ToolSpec,
+    Usage,
+    strip_thoughts,
+)
+
+from .._openai_errors import api_key_or_deferred_error, openai_errors, request_timeout
+from ._messages import function_tools, to_wire
+from ._ref import ModelRef
+
+__all__ = ["OpenAIChatEngine"]
+
+# A chat template that opens the thought inside the prompt (Qwen3, DeepSeek-R1 without a reasoning
+# parser) makes the server return only the closing marker: everything before it is thought.
+_CLOSING = re.compile(r"</think>|<channel\|>", re.IGNORECASE)
+
+
+def _final_content(text: str) -> str:
+    text = strip_thoughts(text)
+    return _CLOSING.split(text)[-1].strip()
+
+
+def _client_args(ref: ModelRef, settings: System2Settings) -> dict[str, Any]:
+    """The SDK's ``base_url`` and ``api_key`` for ``ref``'s provider."""
+    if ref.provider == "openai":
+        # ``None`` lets the SDK read OPENAI_BASE_URL, then use api.openai.com.
+        base_url = settings.openai_base_url
+        api_key = api_key_or_deferred_error(
+            settings.openai_api_key, setting="system2.openai_api_key", env="OPENAI_API_KEY"
+        )
+        if not isinstance(api_key, str) and (base_url or os.environ.get("OPENAI_BASE_URL")):
+            api_key = "unused"  # a self-hosted OpenAI-compatible server needs no key
+        return {"base_url": base_url, "api_key": api_key}
+    if ref.provider == "local":
+        if not settings.local_base_url:
+            raise ConfigError(f"{ref} needs a self-hosted server", key="system2.local_base_url")
+        return {
+            "base_url": settings.local_base_url,
+            "api_key": api_key_or_deferred_error(settings.local_api_key, setting="system2.local_api_key"),
+        }
+    raise ConfigError(f"{ref} is not served over Chat Completions; use an openai: or local: reference", key="system2")
+
+
+class OpenAIChatEngine:
+    """A ``ChatEngine`` over Chat Completions, for ``openai:`` and ``local:`` model references.
+
+    Args:
+        settings: keys, base URLs, time budget and retries (``system2``). An ``openai:`` reference
+            uses ``openai_api_key``/``openai_base_url`` (falling back to ``OPENAI_API_KEY``/
+            ``OPENAI_BASE_URL``); a ``local:`` one uses ``local_base_url``/``local_api_key``.
+        ref: the model, as a reference or its string; ``settings.default`` when ``None``.
+        http_client: an ``httpx2.AsyncClient`` to send requests through. The caller keeps
+            ownership: ``aclose`` leaves it open.
+
+    Raises:
+        ConfigError: the reference is malformed, is an ``anthropic:`` one, or is ``local:`` with
+            no ``local_base_url``.
+    """
+
+    ref: ModelRef
+    name: str
+    """``openai-chat`` or ``local-chat``."""
+    model: str
+    base_url: str
+    """The server's root, read by the router's egress check for ``local_only`` tasks."""
+
+    def __init__(
+        self,
+        settings: System2Settings,
+        ref: ModelRef | str | None = None,
+        *,
+        http_client: httpx2.AsyncClient | None = None,
+    ) -> None:
+        self.ref = ref if isinstance(ref, ModelRef) else ModelRef.parse(ref or settings.default)
+        self.name = f"{self.ref.provider}-chat"
+        self.model = self.ref.model
+        self._timeout_s = settings.timeout_s
+        self._owns_http = http_client is None
+        self._client = openai.AsyncOpenAI(
+            **_client_args(self.ref, settings),
+            http_client=http_client,
+            max_retries=settings.max_retries,  # the one retry loop is the SDK's
+            timeout=settings.timeout_s,
+        )
+        self.base_url = str(self._client.base_url)
+
+    async def complete(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        schema: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> ChatResult:
+        """Answer ``messages``; with ``schema``, ask for strict JSON output and parse it into ``structured``.
+
+        ``timeout_s`` (the settings' ``timeout_s`` when ``None``) bounds the whole call, the SDK's
+        retries included.
+
+        Raises:
+            EngineTimeout: the budget ran out.
+            EngineUnavailable: the server could not be reached.
+            EngineHTTPError: the server answered with an error status (after the SDK's retries).
+            EngineProtocolError: the reply has no choice, or its tool arguments or structured
+                output are not the JSON asked for.
+            EngineError: the model refused.
+        """
+        request: dict[str, Any] = {"model": self.model, "messages": to_wire(messages)}
+        if tools:
+            request["tools"] = function_tools(tools)
+        if schema is not None:
+            request["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "schema": dict(schema), "strict": True},
+            }
+        budget = timeout_s if timeout_s is not None else self._timeout_s
+        async with openai_errors(self.name, budget) as deadline:
+            completion = await self._client.chat.completions.create(
+                **request, timeout=request_timeout(deadline, self.name)
+            )
+        try:
+            return self._result(completion, structured=schema is not None)
+        except (AttributeError, TypeError, KeyError, IndexError) as exc:
+            # The SDK builds replies without validating them; a malformed body surfaces here.
+            raise EngineProtocolError(f"cannot read the chat completion: {exc!r}", engine=self.name) from exc
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections, unless the HTTP client was passed in."""
+        if self._owns_http:
+            await self._client.close()
+
+    def _result(self, completion: ChatCompletion, *, structured: bool) -> ChatResult:
+        if not completion.choices:
+            raise EngineProtocolError("the reply has no choices", engine=self.name)
+        message = completion.choices[0].message
+        if message.refusal:
+            raise EngineError(f"the model refused: {message.refusal}", engine=self.name)
+        content = _final_content(message.content or "")
+        calls = tuple(self._tool_call(call) for call in message.tool_calls or ())
+        parsed: Any = None
+        if structured and not calls:
+            try:
+                parsed = json.loads(content)
+            except json.JSONDecodeError as exc:
+                raise EngineProtocolError(f"structured output is not JSON: {exc}", engine=self.name) from exc
+        usage = completion.usage
+        return ChatResult(
+            content=content,
+            model=completion.model or self.model,
+            tool_calls=calls,
+            structured=parsed,
+            usage=Usage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens) if usage else Usage(),
+        )
+
+    def _tool_call(self, call: Any) -> ToolCall:
+        if getattr(call, "function", None) is None:  # a custom (free-text) tool call; we only offer functions
+            raise EngineProtocolError(f"unexpected {getattr(call, 'type', '?')!r} tool call", engine=self.name)
+        try:
+            args = json.loads(call.function.arguments or "{}")
+        except json.JSONDecodeError as exc:
+            raise EngineProtocolError(
+                f"arguments of tool call {call.function.name!r} are not JSON: {exc}", engine=self.name
+            ) from exc
+        if not isinstance(args, dict):
+            raise EngineProtocolError(
+                f"arguments of tool call {call.function.name!r} are not an object", engine=self.name
+            )
+        return ToolCall(id=call.id, name=call.function.name, args=args)

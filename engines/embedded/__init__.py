@@ -1,0 +1,45 @@
+"""fastslow's in-process CPU engines: zero-shot (sparrow-decider) and example-trained heads on embeddings.
+
+``EmbeddedEngine`` is the default System-1 engine: built with ``EmbeddedEngine.from_settings``, it
+answers questions its examples file covers with trained, calibrated heads and every other question
+zero-shot. ``SparrowEngine`` and ``ExampleEngine`` are its two halves, usable on their own.
+"""
+
+from ._cache import EmbeddingCache, default_cache_dir
+from ._embedded_engine import SIMILARITY_TEMPERATURE, EmbeddedEngine
+from ._embedders import (
+    E5Embedder,
+    Embedder,
+    EmbedderName,
+    MiniLMEmbedder,
+    load_embedder,
+    minilm_available,
+    verify_sha256,
+)
+from ._example_engine import ExampleEngine
+from ._examples import ExampleSet, QuestionExamples, examples_from_mapping, load_examples
+from ._head import SoftmaxHead, fit_head
+from ._sparrow import SPARROW_MODELS, SparrowEngine
+
+__all__ = [
+    "SIMILARITY_TEMPERATURE",
+    "SPARROW_MODELS",
+    "E5Embedder",
+    "EmbeddedEngine",
+    "Embedder",
+    "EmbedderName",
+    "EmbeddingCache",
+    "ExampleEngine",
+    "ExampleSet",
+    "MiniLMEmbedder",
+    "QuestionExamples",
+    "SoftmaxHead",
+    "SparrowEngine",
+    "default_cache_dir",
+    "examples_from_mapping",
+    "fit_head",
+    "load_embedder",
+    "load_examples",
+    "minilm_available",
+    "verify_sha256",
+]

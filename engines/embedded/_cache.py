@@ -1,0 +1,102 @@
+"""An on-disk cache of example embeddings, keyed by (embedder model id, sha256 of the text).
+
+Each embedder gets a folder; each batch of newly embedded texts is one ``.npz`` shard written
+atomically (temporary file, then rename), so concurrent processes never see half a file and a
+restart reads every shard back instead of running the model. Unreadable shards are skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ._embedders import Embedder
+
+__all__ = ["EmbeddingCache", "default_cache_dir"]
+
+log = logging.getLogger("fastslow.embedded")
+
+
+def default_cache_dir() -> Path:
+    """``<user cache dir>/fastslow/embeddings`` (platformdirs)."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("fastslow")) / "embeddings"
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+class EmbeddingCache:
+    """Embeds through the cache: texts seen before (by any process) are read, not recomputed."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self.directory = directory if directory is not None else default_cache_dir()
+        self._memory: dict[str, dict[bytes, NDArray[np.float32]]] = {}
+        self._lock = threading.Lock()
+
+    def _folder(self, model_id: str) -> Path:
+        return self.directory / model_id
+
+    def _load(self, model_id: str) -> dict[bytes, NDArray[np.float32]]:
+        table = self._memory.get(model_id)
+        if table is not None:
+            return table
+        table = {}
+        folder = self._folder(model_id)
+        if folder.is_dir():
+            for shard in sorted(folder.glob("*.npz")):
+                try:
+                    with np.load(shard, allow_pickle=False) as z:
+                        keys, vectors = z["keys"], z["vectors"].astype(np.float32)
+                except (OSError, ValueError, KeyError) as exc:
+                    log.warning("skipping unreadable embedding cache shard %s: %s", shard, exc)
+                    continue
+                for key, vector in zip(keys, vectors, strict=True):
+                    table[bytes(key)] = vector
+        self._memory[model_id] = table
+        return table
+
+    def _write(self, model_id: str, keys: list[bytes], vectors: NDArray[np.float32]) -> None:
+        folder = self._folder(model_id)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            name = hashlib.sha256(b"".join(sorted(keys))).hexdigest()[:32] + ".npz"
+            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(fh, keys=np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 32), vectors=vectors)
+            os.replace(tmp, folder / name)
+        except OSError as exc:  # a read-only or full disk costs speed, not correctness
+            log.warning("could not write the embedding cache under %s: %s", folder, exc)
+
+    def embed(self, embedder: Embedder, texts: Sequence[str], *, persist: bool = True) -> NDArray[np.float32]:
+        """Embeddings of ``texts`` by ``embedder``, running the model only on texts not cached.
+
+        With ``persist=False`` new embeddings are kept in this process's memory only.
+        """
+        keys = [_digest(t) for t in texts]
+        with self._lock:
+            table = self._load(embedder.model_id)
+            missing: dict[bytes, str] = {}
+            for key, text in zip(keys, texts, strict=True):
+                if key not in table:
+                    missing.setdefault(key, text)
+            if missing:
+                fresh = embedder.embed(list(missing.values()))
+                for key, vector in zip(missing, fresh, strict=True):
+                    table[key] = vector
+                if persist:
+                    self._write(embedder.model_id, list(missing), fresh)
+        out = np.empty((len(texts), embedder.dim), dtype=np.float32)
+        for i, key in enumerate(keys):
+            out[i] = table[key]
+        return out

@@ -1,0 +1,209 @@
+"""A calibrated softmax head: multinomial logistic regression on embeddings, in numpy.
+
+Training is full-batch L-BFGS on the mean cross-entropy plus an L2 penalty on the weights (the
+bias is not penalised). The penalty is chosen from a grid by stratified k-fold cross-validated
+log-loss, then one temperature is fitted on the out-of-fold logits of that penalty, so that the
+head's probabilities are calibrated rather than just ranked (with a weak prior towards the
+uniform distribution for small example sets). With too few examples for cross-validation (an
+option with a single example) the head keeps a default penalty and temperature 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["SoftmaxHead", "fit_head"]
+
+F64 = NDArray[np.float64]
+
+L2_GRID: tuple[float, ...] = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
+"""Penalties tried by cross-validation (features are unit-length embeddings)."""
+DEFAULT_L2 = 1e-3
+MAX_FOLDS = 5
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SoftmaxHead:
+    """A trained head: ``softmax((x @ weights + bias) / temperature)``."""
+
+    labels: tuple[str, ...]
+    """Option names, in column order."""
+    weights: F64
+    """Shape ``(dim, len(labels))``."""
+    bias: F64
+    temperature: float
+    l2: float
+    """The penalty cross-validation chose."""
+    cv_log_loss: float | None = None
+    """Out-of-fold log-loss after temperature scaling; ``None`` when there was too little data."""
+
+    def probabilities(self, x: NDArray[np.floating]) -> F64:
+        """Rows of probabilities over ``labels`` for embeddings ``x`` of shape ``(n, dim)``."""
+        return _softmax((np.asarray(x, dtype=np.float64) @ self.weights + self.bias) / self.temperature)
+
+
+def _softmax(z: F64) -> F64:
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    out: F64 = e / e.sum(axis=1, keepdims=True)
+    return out
+
+
+def _log_loss(logits: F64, y: NDArray[np.intp]) -> float:
+    z = logits - logits.max(axis=1, keepdims=True)
+    logz = np.log(np.exp(z).sum(axis=1))
+    return float(np.mean(logz - z[np.arange(len(y)), y]))
+
+
+def _train(x: F64, y: NDArray[np.intp], k: int, l2: float, start: F64 | None = None) -> F64:
+    """L-BFGS on the penalised mean cross-entropy; returns packed ``[W; b]`` of shape ``(dim + 1, k)``."""
+    n, d = x.shape
+    onehot = np.zeros((n, k))
+    onehot[np.arange(n), y] = 1.0
+
+    def loss_grad(theta: F64) -> tuple[float, F64]:
+        w, b = theta[:d], theta[d]
+        logits = x @ w + b
+        z = logits - logits.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        s = e.sum(axis=1, keepdims=True)
+        loss = float(np.mean(np.log(s[:, 0]) - z[np.arange(n), y])) + 0.5 * l2 * float(np.sum(w * w))
+        r = (e / s - onehot) / n
+        grad = np.empty_like(theta)
+        grad[:d] = x.T @ r + l2 * w
+        grad[d] = r.sum(axis=0)
+        return loss, grad
+
+    theta = np.zeros((d + 1, k)) if start is None else start.copy()
+    f, g = loss_grad(theta)
+    history: list[tuple[F64, F64, float]] = []
+    for _ in range(500):
+        # Two-loop recursion for the search direction.
+        q = g.copy()
+        alphas = []
+        for s_vec, y_vec, rho in reversed(history):
+            a = rho * float(np.sum(s_vec * q))
+            alphas.append(a)
+            q -= a * y_vec
+        if history:
+            s_vec, y_vec, _ = history[-1]
+            q *= float(np.sum(s_vec * y_vec)) / float(np.sum(y_vec * y_vec))
+        for (s_vec, y_vec, rho), a in zip(history, reversed(alphas), strict=True):
+            q += s_vec * (a - rho * float(np.sum(y_vec * q)))
+        direction = -q
+        slope = float(np.sum(g * direction))
+        if slope >= 0:  # not a descent direction: restart from steepest descent
+            history.clear()
+            direction, slope = -g, -float(np.sum(g * g))
+        step = 1.0
+        while True:
+            candidate = theta + step * direction
+            f_new, g_new = loss_grad(candidate)
+            if f_new <= f + 1e-4 * step * slope or step < 1e-10:
+                break
+            step *= 0.5
+        s_new, y_new = candidate - theta, g_new - g
+        sy = float(np.sum(s_new * y_new))
+        theta, f_old, f, g = candidate, f, f_new, g_new
+        if sy > 1e-12:
+            history.append((s_new, y_new, 1.0 / sy))
+            if len(history) > 10:
+                history.pop(0)
+        if float(np.max(np.abs(g))) < 1e-5 or abs(f_old - f) <= 1e-9 * max(1.0, abs(f)):
+            break
+    return theta
+
+
+def _fit_temperature(logits: F64, y: NDArray[np.intp]) -> float:
+    """The temperature minimising out-of-fold log-loss plus a one-example uniform prior.
+
+    The prior (cross-entropy to the uniform distribution, weighted as one example among ``n``)
+    vanishes for large example sets but stops a few dozen perfectly separated examples from
+    pushing the temperature towards zero, i.e. towards certainty their cross-validation cannot
+    support. Golden-section search on log T in [e^-6, e^3]; the objective is convex in 1/T.
+    """
+    weight = 1.0 / len(y)
+    rows = np.arange(len(y))
+
+    def objective(log_t: float) -> float:
+        z = logits / math.exp(log_t)
+        z = z - z.max(axis=1, keepdims=True)
+        lse = np.log(np.exp(z).sum(axis=1))
+        return float(np.mean(lse - z[rows, y]) + weight * np.mean(lse - z.mean(axis=1)))
+
+    lo, hi = -6.0, 3.0
+    ratio = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+    fa, fb = objective(a), objective(b)
+    for _ in range(48):
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - ratio * (hi - lo)
+            fa = objective(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + ratio * (hi - lo)
+            fb = objective(b)
+    return math.exp((lo + hi) / 2.0)
+
+
+def _folds(y: NDArray[np.intp], k: int, seed: int) -> list[NDArray[np.intp]]:
+    """Stratified fold index per example: each class's examples are dealt round-robin after a shuffle."""
+    rng = np.random.default_rng(seed)
+    fold = np.empty(len(y), dtype=np.intp)
+    for label in np.unique(y):
+        members = np.flatnonzero(y == label)
+        rng.shuffle(members)
+        fold[members] = np.arange(len(members)) % k
+    return [np.flatnonzero(fold == i) for i in range(k)]
+
+
+def fit_head(
+    x: NDArray[np.floating],
+    labels: Sequence[str],
+    targets: Sequence[int],
+    *,
+    l2_grid: Sequence[float] = L2_GRID,
+    seed: int = 0,
+) -> SoftmaxHead:
+    """Train a calibrated head on embeddings ``x`` with ``targets`` indexing ``labels``."""
+    xs = np.asarray(x, dtype=np.float64)
+    y = np.asarray(targets, dtype=np.intp)
+    k = len(labels)
+    counts = np.bincount(y, minlength=k)
+    n_folds = min(MAX_FOLDS, int(counts.min()))
+    if n_folds < 2:
+        theta = _train(xs, y, k, DEFAULT_L2)
+        return SoftmaxHead(labels=tuple(labels), weights=theta[:-1], bias=theta[-1], temperature=1.0, l2=DEFAULT_L2)
+
+    folds = _folds(y, n_folds, seed)
+    keeps = [np.setdiff1d(np.arange(len(y)), held) for held in folds]
+    starts: list[F64 | None] = [None] * n_folds
+    best: tuple[float, float, float, F64 | None] | None = None  # (log-loss, l2, temperature, warm start)
+    for l2 in sorted(l2_grid, reverse=True):  # strongest penalty first; each fit warm-starts the next
+        oof = np.zeros((len(y), k))
+        for i, (held, keep) in enumerate(zip(folds, keeps, strict=True)):
+            starts[i] = _train(xs[keep], y[keep], k, l2, starts[i])
+            theta_i = starts[i]
+            assert theta_i is not None
+            oof[held] = xs[held] @ theta_i[:-1] + theta_i[-1]
+        temperature = _fit_temperature(oof, y)
+        loss = _log_loss(oof / temperature, y)
+        if best is None or loss < best[0]:
+            best = (loss, l2, temperature, starts[0])
+    assert best is not None
+    loss, l2, temperature, start = best
+    theta = _train(xs, y, k, l2, start)
+    return SoftmaxHead(
+        labels=tuple(labels),
+        weights=theta[:-1],
+        bias=theta[-1],
+        temperature=temperature,
+        l2=l2,
+        cv_log_loss=loss,
+    )

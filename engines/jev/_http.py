@@ -1,0 +1,162 @@
+"""One POST with retries inside a time budget, and HTTP failures translated into router's errors.
+
+Retries follow ``typesafe-sdk``'s policy: 408, 429, 5xx (529 included), connection errors and
+timeouts; backoff from 0.5 s doubling to a 5 s cap with up to 25 % jitter subtracted;
+``retry-after-ms`` and ``Retry-After`` (seconds or an HTTP date) win over backoff. Unlike the SDK,
+every attempt and every pause fits in the caller's ``Deadline``: we never sleep past it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import time
+from collections.abc import Mapping
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx2
+
+from router import Deadline, EngineError, EngineHTTPError, EngineTimeout, EngineUnavailable
+
+__all__ = ["backoff_s", "error_message", "post_with_retries", "retry_after_s"]
+
+RETRYABLE_STATUSES = frozenset({408, 429, *range(500, 600)})
+_MAX_BODY_CHARS = 500
+
+
+def backoff_s(retry: int, *, initial: float = 0.5, cap: float = 5.0, jitter: float = 0.25) -> float:
+    """Pause before retry number ``retry`` (0-based): ``initial * 2**retry`` capped, minus jitter."""
+    delay = min(cap, initial * (2.0**retry))
+    return delay * (1.0 - random.random() * jitter)
+
+
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """Seconds the server asked us to wait: ``retry-after-ms`` first, then ``Retry-After``."""
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms is not None:
+        try:
+            ms = float(raw_ms.strip())
+        except ValueError:
+            ms = math.nan
+        if math.isfinite(ms) and ms >= 0:
+            return ms / 1000.0
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        seconds = float(raw.strip())
+    except ValueError:
+        try:
+            return max(0.0, parsedate_to_datetime(raw).timestamp() - time.time())
+        except (TypeError, ValueError, OverflowError):
+            return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _detail_text(detail: Any) -> str | None:
+    if isinstance(detail, str):
+        return detail or None
+    if isinstance(detail, Mapping) and isinstance(detail.get("message"), str):
+        return str(detail["message"])
+    if isinstance(detail, list):  # FastAPI validation: [{"loc": [...], "msg": ...}]
+        parts = []
+        for entry in detail:
+            if not isinstance(entry, Mapping) or not isinstance(entry.get("msg"), str):
+                continue
+            loc = entry.get("loc")
+            where = ".".join(str(p) for p in loc if p != "body") if isinstance(loc, list) else ""
+            parts.append(f"{where}: {entry['msg']}" if where else entry["msg"])
+        return "; ".join(parts) or None
+    return None
+
+
+def error_message(content: bytes, reason: str = "") -> str:
+    """A readable message from any error body a Jev-shaped server sends.
+
+    Reads ``{"detail": "..." | [...]}`` (FastAPI, jev-compatible-server), ``{"error": {"message",
+    "field" | "type"}}`` (laya-serve, the structured server), ``{"error": "..."}`` (llm2jev) and
+    ``{"message": "..."}``; anything else is returned as (truncated) text.
+    """
+    text = content.decode("utf-8", errors="replace").strip()
+    try:
+        body = json.loads(text) if text else None
+    except ValueError:
+        body = None
+    message: str | None = None
+    if isinstance(body, Mapping):
+        error = body.get("error")
+        if isinstance(error, str) and error:
+            message = error
+        elif isinstance(error, Mapping) and isinstance(error.get("message"), str):
+            message = str(error["message"])
+            extras = [f"{key} {error[key]}" for key in ("field", "type", "code") if error.get(key) not in (None, "")]
+            if extras:
+                message += f" ({', '.join(extras)})"
+        elif isinstance(body.get("message"), str):
+            message = str(body["message"])
+        else:
+            message = _detail_text(body.get("detail"))
+    elif isinstance(body, str):
+        message = body or None
+    if message is None:
+        message = text[:_MAX_BODY_CHARS] + ("…" if len(text) > _MAX_BODY_CHARS else "") if text else ""
+    return message or reason or "no error message"
+
+
+async def post_with_retries(
+    client: httpx2.AsyncClient,
+    url: str,
+    *,
+    content: bytes,
+    headers: Mapping[str, str],
+    deadline: Deadline,
+    max_retries: int,
+    engine: str,
+) -> httpx2.Response:
+    """POST until a 2xx reply, a non-retryable status, ``max_retries`` retries or the deadline.
+
+    Raises:
+        EngineHTTPError: an error status that is not retryable, or the last one when retries or
+            time ran out.
+        EngineTimeout: the budget ran out with no reply.
+        EngineUnavailable: the server could not be reached on the last attempt.
+    """
+    retry = 0
+    last: EngineError | None = None
+    while True:
+        remaining = deadline.remaining
+        earlier = f"; the attempt before failed with {last}" if last is not None else ""
+        if remaining <= 0.0:
+            raise EngineTimeout(f"no reply within the {deadline.budget_s:g} s budget{earlier}", engine=engine)
+        wait: float | None = None
+        try:
+            response = await client.post(url, content=content, headers=dict(headers), timeout=httpx2.Timeout(remaining))
+        except httpx2.TimeoutException as exc:
+            message = f"no reply within the {deadline.budget_s:g} s budget ({exc!r}){earlier}"
+            last = EngineTimeout(message, engine=engine)
+            last.__cause__ = exc
+        except httpx2.TransportError as exc:
+            last = EngineUnavailable(f"cannot reach {url}: {exc!r}", engine=engine)
+            last.__cause__ = exc
+        else:
+            if response.is_success:
+                return response
+            wait = retry_after_s(response.headers)
+            last = EngineHTTPError(
+                response.status_code,
+                error_message(response.content, response.reason_phrase),
+                engine=engine,
+                retry_after=wait,
+            )
+            if response.status_code not in RETRYABLE_STATUSES:
+                raise last
+        if retry >= max_retries:
+            raise last
+        pause = wait if wait is not None else backoff_s(retry)
+        if pause >= deadline.remaining:
+            raise last
+        await asyncio.sleep(pause)
+        retry += 1

@@ -1,0 +1,253 @@
+"""OpenAI's Decisions API (``POST /v1/decisions``) as a ``DecisionEngine``, through the official SDK.
+
+Jev's question types map onto the API's as follows (wire-formats.md §4 and §7):
+
+    noul   -> predicate  ``instructions`` (the yes/no descriptions folded in); reply ``probability`` = P(yes)
+    choice -> choice     ``choices: [{value, description?}]``; reply ``probabilities[].{value, probability}``
+    score  -> score      ``levels: [{label, description?}]``; reply ``probabilities[].{value (index), probability}``
+
+The state goes in ``input`` (JSON-encoded unless it is a string; with images, one user message of
+``input_text`` and ``input_image`` parts). Answers come back as an array in question order; each
+question is named and read back by name.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import httpx2
+import openai
+from openai.types import Decision
+from openai.types.decision_create_params import InputUnionMember1
+from openai.types.decision_create_params import Question as WireQuestion
+
+from router import (
+    Answer,
+    Choice,
+    Deadline,
+    EngineLimits,
+    EngineProtocolError,
+    EngineReply,
+    Image,
+    InvalidRequest,
+    NoAnswer,
+    Noul,
+    OpenAIDecisionsSettings,
+    Question,
+    ReadOptions,
+    Score,
+    State,
+    Usage,
+    neutralise,
+    normalise_distribution,
+    split_and_ask,
+)
+
+from ._openai_errors import api_key_or_deferred_error, openai_errors, request_timeout
+
+__all__ = ["MAX_IMAGES", "OpenAIDecisionsEngine"]
+
+MAX_IMAGES = 128
+"""Most images one request may hold (the API reference, wire-formats.md §4)."""
+
+# Both limits come from the SDK's generated docstrings (``decision_create_params.py``): "Ask 1–400
+# questions" and "Provide between 2 and 255 choices". A cap on score levels is not documented
+# (UNKNOWN), so scores share the choice cap. Fireworks' compatible endpoint caps options at 208.
+_LIMITS = EngineLimits(max_questions=400, max_options=255, accepts_images=True)
+
+# A score level short enough to be its own label is sent as one; longer texts become descriptions of
+# index labels, since the API shows labels as the names of the levels.
+_MAX_LABEL_CHARS = 64
+
+
+class OpenAIDecisionsEngine:
+    """Answers typed questions with OpenAI's Decisions API.
+
+    Args:
+        settings: model, endpoint, key, time budget and retries. Without a key the SDK's
+            ``OPENAI_API_KEY`` is used; a call with neither raises ``ConfigError``.
+        http_client: an ``httpx2.AsyncClient`` to send requests through (tests pass one with a
+            ``MockTransport``). The caller keeps ownership: ``aclose`` leaves it open.
+    """
+
+    name: str
+    limits: EngineLimits
+
+    def __init__(self, settings: OpenAIDecisionsSettings, *, http_client: httpx2.AsyncClient | None = None) -> None:
+        self.name = "openai-decisions"
+        self.limits = _LIMITS
+        self._settings = settings
+        self._owns_http = http_client is None
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key_or_deferred_error(
+                settings.api_key, setting="openai_decisions.api_key", env="OPENAI_API_KEY"
+            ),
+            base_url=settings.base_url,
+            http_client=http_client,
+            # The SDK carries the one retry loop (with backoff honouring Retry-After); we add none.
+            max_retries=settings.max_retries,
+            timeout=settings.timeout_s,
+        )
+
+    async def decide(
+        self,
+        state: State,
+        questions: Mapping[str, Question],
+        *,
+        images: Sequence[Image] = (),
+        options: ReadOptions | None = None,
+    ) -> EngineReply:
+        """Answer every question about ``state`` in as few API calls as the limits allow.
+
+        A refused question comes back as ``NoAnswer(reason="refusal")``. Raises ``EngineError``
+        subclasses for transport, status and body failures, and ``InvalidRequest`` for more than
+        ``MAX_IMAGES`` images.
+        """
+        if len(images) > MAX_IMAGES:
+            raise InvalidRequest("images", f"at most {MAX_IMAGES} images per request, got {len(images)}")
+        opts = options or ReadOptions()
+        budget = opts.timeout_s if opts.timeout_s is not None else self._settings.timeout_s
+        async with openai_errors(self.name, budget) as deadline:
+            return await split_and_ask(
+                partial(self._ask, deadline=deadline),
+                self.limits,
+                neutralise(state),
+                questions,
+                images=images,
+                options=opts,
+                engine=self.name,
+            )
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections, unless the HTTP client was passed in."""
+        if self._owns_http:
+            await self._client.close()
+
+    async def _ask(
+        self,
+        state: State,
+        questions: Mapping[str, Question],
+        images: Sequence[Image],
+        options: ReadOptions,  # noqa: ARG002 - the API takes no seed, samples or steps
+        *,
+        deadline: Deadline,
+    ) -> EngineReply:
+        started = time.perf_counter()
+        decision = await self._client.decisions.create(
+            model=self._settings.model,
+            input=_input(state, images),
+            questions=[_question(name, q) for name, q in questions.items()],
+            timeout=request_timeout(deadline, self.name),
+        )
+        latency = (time.perf_counter() - started) * 1000.0
+        try:
+            answers = _read_answers(decision, questions, engine=self.name, latency_ms=latency)
+            usage = Usage(input_tokens=decision.usage.input_tokens, output_tokens=decision.usage.output_tokens)
+            model = decision.model
+        except (AttributeError, TypeError, ValueError) as exc:
+            # The SDK builds replies without validating them; a body missing fields surfaces here.
+            raise EngineProtocolError(f"cannot read the decision: {exc}", engine=self.name) from exc
+        return EngineReply(answers=answers, engine=self.name, model=model, latency_ms=latency, usage=usage)
+
+
+def _input(state: State, images: Sequence[Image]) -> str | list[InputUnionMember1]:
+    text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False)
+    if not images:
+        return text
+    parts: list[Any] = [{"type": "input_text", "text": text}] if text else []
+    parts.extend({"type": "input_image", "image_url": image.data_url()} for image in images)
+    return [{"role": "user", "type": "message", "content": parts}]
+
+
+def _question(name: str, question: Question) -> WireQuestion:
+    if isinstance(question, Noul):
+        return {"type": "predicate", "name": name, "instructions": _predicate_instructions(question)}
+    if isinstance(question, Choice):
+        choices: list[Any] = [
+            {"value": option} if description is None else {"value": option, "description": description}
+            for option, description in question.criteria.items()
+        ]
+        return {
+            "type": "choice",
+            "name": name,
+            "instructions": question.instructions or "Choose the option that best fits the input.",
+            "choices": choices,
+        }
+    return {
+        "type": "score",
+        "name": name,
+        "instructions": question.instructions or "Rate the input on these levels, lowest first.",
+        "levels": _levels(question),
+    }
+
+
+def _predicate_instructions(question: Noul) -> str:
+    # A predicate has no criteria, so the outcome descriptions become part of its statement.
+    parts = [question.instructions.strip()] if question.instructions and question.instructions.strip() else []
+    if question.yes:
+        parts.append(f"True (yes) when: {question.yes}")
+    if question.no:
+        parts.append(f"False (no) when: {question.no}")
+    return "\n".join(parts)
+
+
+def _levels(question: Score) -> list[Any]:
+    texts = list(question.levels)
+    as_labels = len(set(texts)) == len(texts) and all(
+        t.strip() and len(t) <= _MAX_LABEL_CHARS and "\n" not in t for t in texts
+    )
+    if as_labels:
+        return [{"label": t} for t in texts]
+    return [{"label": str(i), "description": t} for i, t in enumerate(texts)]
+
+
+def _read_answers(
+    decision: Decision, questions: Mapping[str, Question], *, engine: str, latency_ms: float
+) -> dict[str, Answer | NoAnswer]:
+    returned = list(decision.answers)
+    by_name = {a.name: a for a in returned if a.name is not None}
+    out: dict[str, Answer | NoAnswer] = {}
+    for i, (name, question) in enumerate(questions.items()):
+        answer = by_name.get(name)
+        if answer is None and i < len(returned) and returned[i].name is None:
+            answer = returned[i]  # unnamed, but answers come in question order
+        out[name] = _one(name, question, answer, engine=engine, model=decision.model, latency_ms=latency_ms)
+    return out
+
+
+def _one(
+    name: str, question: Question, answer: Any, *, engine: str, model: str, latency_ms: float
+) -> Answer | NoAnswer:
+    def no(reason: str) -> NoAnswer:
+        return NoAnswer(
+            question=name, kind=question.kind, reason=reason, engine=engine, model=model, latency_ms=latency_ms
+        )
+
+    kind = getattr(answer, "type", None)
+    probs: dict[str, float]
+    if answer is None:
+        return no("no answer returned")
+    if kind == "refusal":
+        return no("refusal")
+    if kind == "predicate" and isinstance(question, Noul):
+        p = min(1.0, max(0.0, float(answer.probability)))
+        probs = {"yes": p, "no": 1.0 - p}
+    elif kind == "choice" and isinstance(question, Choice):
+        # Values are typed; we only send strings, so a boolean value cannot be one of our options.
+        probs = {e.value: float(e.probability) for e in answer.probabilities if isinstance(e.value, str)}
+    elif kind == "score" and isinstance(question, Score):
+        probs = {str(e.value): float(e.probability) for e in answer.probabilities}
+    else:
+        return no(f"unsupported answer type {kind!r} for a {question.kind}")
+    return Answer(
+        question=name,
+        kind=question.kind,
+        probabilities=normalise_distribution(question, probs, engine=engine),
+        engine=engine,
+        model=model,
+        latency_ms=latency_ms,
+    )

@@ -1,0 +1,242 @@
+"""Pure policy logic: answers in, a ``Decision`` out. No I/O, no event loop.
+
+A decision is kept by System 1 when the calibrated answer clears every threshold of its task;
+otherwise it is escalated to System 2 with the reason. Policy checks add a verdict: deny at or above
+one probability, allow at or below another, review in between. "None of these" and "escalated" are
+ordinary decisions, not exceptions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal, TypeAlias
+
+from ._answers import Answer, NoAnswer
+
+__all__ = [
+    "Calibration",
+    "CheckAction",
+    "Decision",
+    "EngineFailure",
+    "OnFailure",
+    "Reason",
+    "System",
+    "Thresholds",
+    "Verdict",
+    "calibrate",
+    "decide_answer",
+    "decide_check",
+    "escalated_by_system2",
+]
+
+System: TypeAlias = Literal[1, 2]
+Verdict: TypeAlias = Literal["allow", "review", "deny"]
+OnFailure: TypeAlias = Literal["escalate", "fail_closed", "review"]
+Reason: TypeAlias = Literal[
+    "confident",
+    "low_confidence",
+    "small_margin",
+    "none_of_these",
+    "open_ended",
+    "weak_signal",
+    "no_answer",
+    "engine_error",
+    "timeout",
+    "sticky",
+    "no_frontier_model",
+    "egress_denied",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Thresholds:
+    """What System 1 must clear for its answer to be kept."""
+
+    min_confidence: float = 0.0
+    """Minimum calibrated top probability."""
+    min_margin: float = 0.0
+    """Minimum gap between the calibrated top and runner-up probabilities."""
+    min_label_mass: float | None = None
+    """Minimum probability mass the engine put on the labels at all (structured reads)."""
+    require_argmax_is_label: bool = False
+    min_agreement: float | None = None
+    """Minimum share of noise draws agreeing with the averaged answer."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Calibration:
+    """Per-task calibration of the engine's distribution (temperature scaling to start with)."""
+
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0.0:
+            raise ValueError("temperature must be positive")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckAction:
+    """A policy-check rule's action bands over the calibrated P(rule is violated)."""
+
+    deny_at: float = 0.8
+    """Deny when the probability is at or above this."""
+    allow_at: float = 0.2
+    """Allow when the probability is at or below this; review in between."""
+    violation: str = "yes"
+    """The option that means "the rule is violated" (``yes`` for a noul)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.allow_at <= self.deny_at <= 1.0:
+            raise ValueError("need 0 <= allow_at <= deny_at <= 1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineFailure:
+    """System 1 could not answer at all."""
+
+    message: str
+    timeout: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    """The outcome of one typed decision, with everything needed to explain and log it."""
+
+    task: str
+    question: str
+    outcome: str | None
+    """The chosen option (route, label) or, for a policy check, the verdict; ``None`` while escalated."""
+    system: System
+    reason: Reason
+    escalate: bool = False
+    """True when System 2 must (still) be consulted."""
+    confidence: float = 0.0
+    """Calibrated probability of ``outcome`` (or of the top option when escalated)."""
+    threshold: float = 0.0
+    """The threshold that was compared against ``confidence`` (or the deny/allow band edge)."""
+    probabilities: Mapping[str, float] = field(default_factory=dict)
+    """The calibrated distribution System 1 gave, when it gave one."""
+    verdict: Verdict | None = None
+    policy_version: str = ""
+    engine: str = ""
+    model: str = ""
+    latency_ms: float = 0.0
+    detail: str = ""
+    """Free text for people: the engine error, what System 2 said, and so on."""
+
+
+def calibrate(probabilities: Mapping[str, float], calibration: Calibration) -> dict[str, float]:
+    """Temperature-scale a distribution: p_i^(1/T), renormalised (softmax of log p / T)."""
+    if calibration.temperature == 1.0:
+        return dict(probabilities)
+    inv = 1.0 / calibration.temperature
+    logs = {k: math.log(p) * inv if p > 0.0 else -math.inf for k, p in probabilities.items()}
+    top = max(logs.values())
+    weights = {k: math.exp(v - top) if v != -math.inf else 0.0 for k, v in logs.items()}
+    total = math.fsum(weights.values())
+    return {k: w / total for k, w in weights.items()}
+
+
+def _weak_signal(answer: Answer, thresholds: Thresholds) -> str | None:
+    signals = answer.signals
+    if thresholds.min_label_mass is not None and signals.label_mass is not None:
+        if signals.label_mass < thresholds.min_label_mass:
+            return f"label_mass {signals.label_mass:.3f} < {thresholds.min_label_mass}"
+    if thresholds.require_argmax_is_label and signals.argmax_is_label is False:
+        return "the engine's most likely token was not a label"
+    if thresholds.min_agreement is not None and signals.agreement is not None:
+        if signals.agreement < thresholds.min_agreement:
+            return f"agreement {signals.agreement:.3f} < {thresholds.min_agreement}"
+    return None
+
+
+def decide_answer(
+    task: str,
+    answer: Answer | NoAnswer | EngineFailure,
+    *,
+    thresholds: Thresholds,
+    calibration: Calibration = Calibration(),
+    none_option: str | None = None,
+    policy_version: str = "",
+) -> Decision:
+    """Keep a routing or classification answer, or say why it must be escalated."""
+    base = Decision(task=task, question=task, outcome=None, system=1, reason="confident", policy_version=policy_version)
+    if isinstance(answer, EngineFailure):
+        reason: Reason = "timeout" if answer.timeout else "engine_error"
+        return replace(base, reason=reason, escalate=True, detail=answer.message)
+    base = replace(
+        base, question=answer.question, engine=answer.engine, model=answer.model, latency_ms=answer.latency_ms
+    )
+    if isinstance(answer, NoAnswer):
+        return replace(base, reason="no_answer", escalate=True, detail=answer.reason)
+    probs = calibrate(answer.probabilities, calibration)
+    ranked = sorted(probs.values(), reverse=True)
+    top = max(probs, key=lambda k: probs[k])
+    confidence, margin = ranked[0], ranked[0] - ranked[1]
+    base = replace(base, probabilities=probs, confidence=confidence)
+    if none_option is not None and top == none_option:
+        return replace(base, reason="none_of_these", escalate=True, threshold=thresholds.min_confidence)
+    weak = _weak_signal(answer, thresholds)
+    if weak is not None:
+        return replace(base, reason="weak_signal", escalate=True, detail=weak)
+    if confidence < thresholds.min_confidence:
+        return replace(base, reason="low_confidence", escalate=True, threshold=thresholds.min_confidence)
+    if margin < thresholds.min_margin:
+        return replace(base, reason="small_margin", escalate=True, threshold=thresholds.min_margin)
+    return replace(base, outcome=top, threshold=thresholds.min_confidence)
+
+
+def decide_check(
+    task: str,
+    answer: Answer | NoAnswer | EngineFailure,
+    *,
+    action: CheckAction,
+    calibration: Calibration = Calibration(),
+    on_failure: OnFailure = "fail_closed",
+    policy_version: str = "",
+) -> Decision:
+    """Turn a policy rule's answer into allow / review / deny.
+
+    When System 1 cannot answer, ``on_failure`` says what happens: ``fail_closed`` denies,
+    ``review`` sends to a person, ``escalate`` asks System 2.
+    """
+    question = answer.question if not isinstance(answer, EngineFailure) else task
+    base = Decision(
+        task=task, question=question, outcome=None, system=1, reason="confident", policy_version=policy_version
+    )
+    if isinstance(answer, (EngineFailure, NoAnswer)):
+        reason: Reason = "no_answer"
+        detail = answer.reason if isinstance(answer, NoAnswer) else answer.message
+        if isinstance(answer, EngineFailure):
+            reason = "timeout" if answer.timeout else "engine_error"
+        if on_failure == "escalate":
+            return replace(base, reason=reason, escalate=True, detail=detail)
+        verdict: Verdict = "deny" if on_failure == "fail_closed" else "review"
+        return replace(base, reason=reason, outcome=verdict, verdict=verdict, detail=detail)
+    probs = calibrate(answer.probabilities, calibration)
+    p = probs.get(action.violation, 0.0)
+    base = replace(
+        base, probabilities=probs, engine=answer.engine, model=answer.model, latency_ms=answer.latency_ms, confidence=p
+    )
+    if p >= action.deny_at:
+        return replace(base, outcome="deny", verdict="deny", threshold=action.deny_at)
+    if p <= action.allow_at:
+        return replace(base, outcome="allow", verdict="allow", threshold=action.allow_at)
+    return replace(base, outcome="review", verdict="review", reason="low_confidence", threshold=action.deny_at)
+
+
+def escalated_by_system2(
+    decision: Decision, outcome: str | None, *, model: str, verdict: Verdict | None = None, detail: str = ""
+) -> Decision:
+    """The decision after System 2 answered: its outcome with ``system: 2``; the escalation reason is kept."""
+    return replace(
+        decision,
+        outcome=outcome,
+        verdict=verdict if verdict is not None else decision.verdict,
+        system=2,
+        escalate=False,
+        model=model,
+        detail=detail,
+    )

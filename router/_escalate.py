@@ -1,0 +1,86 @@
+"""Asking System 2 the same typed question System 1 was unsure of.
+
+The frontier model answers with structured output constrained to the valid options (a JSON schema
+with an ``enum``), never free text parsed by a regular expression.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+
+from ._chat import ChatEngine
+from ._errors import EngineError
+from ._questions import Choice, Noul, Question, Score, State
+
+__all__ = ["System2Answer", "ask_system2", "option_schema"]
+
+_SYSTEM = (
+    "You answer one typed question about the state the user provides. Choose exactly one of the "
+    "allowed answers and reply with JSON matching the schema. Do not answer anything else."
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class System2Answer:
+    option: str | None
+    """The chosen option, or ``None`` when the model could not be asked or answered outside the options."""
+    model: str
+    detail: str = ""
+    cost_usd: float | None = None
+
+
+def option_schema(question: Question) -> dict[str, Any]:
+    """JSON schema whose only valid values are the question's options."""
+    return {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "enum": list(question.options)}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
+
+
+def _describe(question: Question) -> str:
+    lines = [question.instructions or ""]
+    if isinstance(question, Noul):
+        lines.append(f"yes: {question.yes or 'the statement holds'}")
+        lines.append(f"no: {question.no or 'the statement does not hold'}")
+    elif isinstance(question, Choice):
+        lines.extend(f"{name}: {desc}" if desc else name for name, desc in question.criteria.items())
+    elif isinstance(question, Score):
+        lines.extend(f"{i}: {level}" for i, level in enumerate(question.levels))
+    return "\n".join(line for line in lines if line)
+
+
+def _state_text(state: State) -> str:
+    return state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, indent=1)
+
+
+async def ask_system2(
+    chat: ChatEngine,
+    question: Question,
+    state: State,
+    *,
+    context: Sequence[BaseMessage] = (),
+    timeout_s: float | None = None,
+) -> System2Answer:
+    """Ask ``chat`` to answer ``question`` about ``state``; errors become an answer of ``None``."""
+    prompt = f"State:\n{_state_text(state)}\n\nQuestion:\n{_describe(question)}\n\nAllowed answers: " + ", ".join(
+        question.options
+    )
+    messages: list[BaseMessage] = [SystemMessage(_SYSTEM), *context, HumanMessage(prompt)]
+    try:
+        result = await chat.complete(messages, schema=option_schema(question), timeout_s=timeout_s)
+    except EngineError as exc:
+        return System2Answer(option=None, model=chat.model, detail=f"System 2 failed: {exc}")
+    structured = result.structured
+    option = structured.get("answer") if isinstance(structured, dict) else None
+    if option not in question.options:
+        return System2Answer(
+            option=None, model=result.model, detail=f"System 2 answered outside the options: {option!r}"
+        )
+    return System2Answer(option=option, model=result.model, cost_usd=result.cost_usd)

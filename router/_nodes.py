@@ -1,0 +1,218 @@
+"""LangGraph nodes: the router, the policy gate in front of a ``ToolNode``, and classify.
+
+Each factory returns a runnable that works under ``invoke`` and ``ainvoke``. Async is the real
+path; the sync path runs the same coroutine on a private event loop thread, while anything that
+needs LangGraph's run context (``interrupt``) stays in the calling thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import asdict
+from typing import Any, TypeVar
+
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, ToolMessage
+from langchain_core.runnables import RunnableLambda
+from langgraph.types import Command, Send, interrupt
+
+from ._chat import ToolCall
+from ._decisions import Decision
+from ._router import CheckResult, Router
+
+__all__ = ["classify_node", "decision_record", "policy_gate_node", "router_node"]
+
+T = TypeVar("T")
+
+
+class _LoopThread:
+    """One daemon thread running an event loop, for sync callers of async engines."""
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def run(cls, coro: Coroutine[Any, Any, T]) -> T:
+        with cls._lock:
+            if cls._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="fastslow-sync", daemon=True).start()
+                cls._loop = loop
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, cls._loop)
+        return future.result()
+
+
+def decision_record(decision: Decision) -> dict[str, Any]:
+    """A decision as plain JSON-able data, fit for graph state and checkpoints."""
+    record = asdict(decision)
+    record["probabilities"] = dict(decision.probabilities)
+    return record
+
+
+def _dual(
+    afunc: Callable[[Any], Awaitable[Any]], finish: Callable[[Any, Any], Any], name: str
+) -> RunnableLambda[Any, Any]:
+    """A runnable whose async path awaits ``afunc`` and whose sync path runs it on the loop thread."""
+
+    async def run_async(state: Any) -> Any:
+        return finish(state, await afunc(state))
+
+    def run_sync(state: Any) -> Any:
+        return finish(state, _LoopThread.run(afunc(state)))  # type: ignore[arg-type]
+
+    return RunnableLambda(run_sync, afunc=run_async, name=name)
+
+
+def _get(state: Any, key: str, default: Any = None) -> Any:
+    if isinstance(state, Mapping):
+        return state.get(key, default)
+    return getattr(state, key, default)
+
+
+def router_node(
+    router: Router,
+    task: str,
+    *,
+    routes: Mapping[str, str] | None = None,
+    escalate_to: str = "frontier",
+    messages_key: str = "messages",
+    route_key: str = "route",
+    decision_key: str = "decision",
+) -> RunnableLambda[Any, Any]:
+    """Route the latest user turn: returns ``Command(goto=<node>)`` and writes the decision to state.
+
+    Args:
+        routes: route name -> node name, when they differ.
+        escalate_to: the node that takes decisions nobody could settle (open-ended requests, or
+            low confidence with no System 2 answer), typically a frontier agent.
+    """
+    mapping = dict(routes or {})
+
+    async def decide(state: Any) -> Decision:
+        messages: Sequence[BaseMessage] = _get(state, messages_key, [])
+        return await router.route(task, messages, previous=_get(state, route_key))
+
+    def finish(state: Any, decision: Decision) -> Command[Any]:
+        del state
+        goto = escalate_to if decision.outcome is None else mapping.get(decision.outcome, decision.outcome)
+        return Command(goto=goto, update={route_key: decision.outcome, decision_key: decision_record(decision)})
+
+    return _dual(decide, finish, f"router:{task}")
+
+
+def _pending_calls(messages: Sequence[AnyMessage]) -> list[dict[str, Any]]:
+    last = messages[-1] if messages else None
+    if not isinstance(last, AIMessage):
+        return []
+    return [dict(call) for call in last.tool_calls]
+
+
+def _refusal(call: Mapping[str, Any], result: CheckResult, why: str) -> ToolMessage:
+    decision = result.decisions[result.rule]
+    content = (
+        f"Refused by policy {result.task!r} (rule {result.rule!r}, p={decision.confidence:.2f}, {why}). "
+        "Do not retry this call; explain to the user or choose another action."
+    )
+    return ToolMessage(content=content, tool_call_id=call["id"], name=call["name"], status="error")
+
+
+def policy_gate_node(
+    router: Router,
+    task: str,
+    *,
+    tools: str = "tools",
+    agent: str = "agent",
+    messages_key: str = "messages",
+    decisions_key: str = "gate",
+) -> RunnableLambda[Any, Any]:
+    """Check each pending tool call of the last AI message before it runs.
+
+    Deny answers the call with a refusal ``ToolMessage`` (so no tool call is left orphaned), review
+    pauses with ``interrupt()`` for a person (resume with ``"allow"`` or ``"deny"``), allow passes the
+    call to the ``tools`` node through ``Send``. The graph needs a checkpointer for review.
+    """
+
+    async def evaluate(state: Any) -> list[tuple[dict[str, Any], CheckResult]]:
+        messages: Sequence[AnyMessage] = _get(state, messages_key, [])
+        calls = _pending_calls(messages)
+        context = [m for m in messages[:-1] if not isinstance(m, ToolMessage)]
+        results = await asyncio.gather(
+            *(
+                router.check(task, ToolCall(id=c["id"] or "", name=c["name"], args=c["args"]), context=context)
+                for c in calls
+            )
+        )
+        return list(zip(calls, results, strict=True))
+
+    def finish(state: Any, checked: list[tuple[dict[str, Any], CheckResult]]) -> Command[Any]:
+        refusals: list[ToolMessage] = []
+        allowed: list[dict[str, Any]] = []
+        records: list[dict[str, Any]] = []
+        for call, result in checked:
+            verdict = result.verdict
+            how = "System 2" if result.system2 else "System 1"
+            if verdict == "review":
+                answer = interrupt(
+                    {
+                        "task": result.task,
+                        "tool_call": {"id": call["id"], "name": call["name"], "args": call["args"]},
+                        "rule": result.rule,
+                        "probability": result.decisions[result.rule].confidence,
+                        "resume_with": ["allow", "deny"],
+                    }
+                )
+                verdict = "allow" if _approved(answer) else "deny"
+                how = "a person"
+            records.append({"tool_call_id": call["id"], "verdict": verdict, "rule": result.rule, "by": how})
+            if verdict == "allow":
+                allowed.append(call)
+            else:
+                refusals.append(_refusal(call, result, f"decided by {how}"))
+        update: dict[str, Any] = {decisions_key: records}
+        if refusals:
+            update[messages_key] = refusals
+        if not allowed:
+            return Command(goto=agent, update=update)
+        sends = [
+            Send(tools, {"__type": "tool_call_with_context", "tool_call": call, "state": state}) for call in allowed
+        ]
+        return Command(goto=sends, update=update)
+
+    return _dual(evaluate, finish, f"policy_gate:{task}")
+
+
+def _approved(answer: Any) -> bool:
+    if isinstance(answer, str):
+        return answer.strip().lower() in ("allow", "approve", "approved", "yes")
+    if isinstance(answer, Mapping):
+        return _approved(answer.get("decision", answer.get("verdict", "")))
+    return answer is True
+
+
+def classify_node(
+    router: Router,
+    task: str,
+    *,
+    messages_key: str = "messages",
+    output_key: str = "classification",
+    decisions_key: str = "classification_decisions",
+) -> RunnableLambda[Any, Any]:
+    """Answer a classification task about the latest user turn and write ``{question: answer}`` to state."""
+
+    async def classify(state: Any) -> dict[str, Decision]:
+        messages: Sequence[BaseMessage] = _get(state, messages_key, [])
+        human = [m for m in messages if m.type == "human"]
+        text = human[-1].text if human else json.dumps(_get(state, "input", ""))
+        return await router.classify(task, text)
+
+    def finish(state: Any, decided: dict[str, Decision]) -> dict[str, Any]:
+        del state
+        return {
+            output_key: {name: d.outcome for name, d in decided.items()},
+            decisions_key: {name: decision_record(d) for name, d in decided.items()},
+        }
+
+    return _dual(classify, finish, f"classify:{task}")

@@ -1,0 +1,281 @@
+"""The Router: ask System 1, decide by policy, escalate to System 2, record.
+
+It holds no decision state of its own: the policy comes from a provider (hot-reloaded by
+``policies``), engines from a source, and every decision goes to a sink (the decision log), so any
+number of replicas can run side by side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, TypeVar
+
+from langchain_core.messages import BaseMessage
+
+from ._answers import Answer, NoAnswer
+from ._chat import ChatEngine, ToolCall
+from ._decisions import (
+    Decision,
+    EngineFailure,
+    Verdict,
+    decide_answer,
+    decide_check,
+    escalated_by_system2,
+)
+from ._engine import DecisionEngine
+from ._errors import ConfigError, EngineError, EngineTimeout
+from ._escalate import ask_system2
+from ._questions import Question, State
+from ._tasks import CheckTask, ClassifyTask, PolicySet, RouteTask, Task, TaskCommon
+from ._turns import split_turns
+
+__all__ = ["ChatSource", "CheckResult", "DecisionSink", "EngineSource", "Router"]
+
+T = TypeVar("T", bound=Task)
+NO_FRONTIER = "no frontier model configured"
+
+
+class EngineSource(Protocol):
+    """Gives the System-1 engine for a task, trained on the policy's examples where it learns from them."""
+
+    def engine_for(self, name: str | None, policy: PolicySet) -> DecisionEngine: ...
+
+
+class ChatSource(Protocol):
+    """Gives the System-2 engine for a model reference, or ``None`` when none is configured."""
+
+    def chat_for(self, ref: str | None) -> ChatEngine | None: ...
+
+
+class DecisionSink(Protocol):
+    """Where decisions are recorded (the decision log)."""
+
+    async def record(self, decision: Decision, *, state: State) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckResult:
+    """The verdict of a policy check over all its rules."""
+
+    task: str
+    verdict: Verdict
+    rule: str
+    """The rule that decided the verdict."""
+    decisions: Mapping[str, Decision]
+    system2: bool
+    """Whether System 2 was consulted for any rule."""
+    policy_version: str
+
+
+class Router:
+    """Typed decisions with escalation, as used by the LangGraph nodes and the HTTP API."""
+
+    def __init__(
+        self,
+        policies: Callable[[], PolicySet],
+        engines: EngineSource,
+        chats: ChatSource,
+        *,
+        sink: DecisionSink | None = None,
+    ) -> None:
+        self._policies = policies
+        self._engines = engines
+        self._chats = chats
+        self._sink = sink
+
+    @property
+    def policy(self) -> PolicySet:
+        return self._policies()
+
+    def _task(self, policy: PolicySet, name: str, kind: type[T]) -> T:
+        task = policy.tasks.get(name)
+        if task is None:
+            raise ConfigError(f"no task {name!r} in the policy; tasks: {', '.join(policy.tasks)}", key=f"tasks.{name}")
+        if not isinstance(task, kind):
+            raise ConfigError(f"task {name!r} is a {task.kind} task, not a {kind.__name__}", key=f"tasks.{name}.kind")
+        return task
+
+    async def _ask(
+        self, task: TaskCommon, policy: PolicySet, state: State, questions: Mapping[str, Question]
+    ) -> Mapping[str, Answer | NoAnswer | EngineFailure]:
+        engine = self._engines.engine_for(task.engine, policy)
+        try:
+            coro = engine.decide(state, questions, options=task.read)
+            reply = await (asyncio.wait_for(coro, task.read.timeout_s) if task.read.timeout_s else coro)
+        except (TimeoutError, EngineTimeout) as exc:
+            failure = EngineFailure(message=f"System 1 timed out: {exc}".rstrip(": "), timeout=True)
+            return dict.fromkeys(questions, failure)
+        except EngineError as exc:
+            return dict.fromkeys(questions, EngineFailure(message=str(exc)))
+        return reply.answers
+
+    def _chat(self, task: TaskCommon, policy: PolicySet) -> tuple[ChatEngine | None, str]:
+        chat = self._chats.chat_for(task.escalate_to or policy.default_escalate_to)
+        if chat is None:
+            return None, NO_FRONTIER
+        if task.egress.local_only:
+            base = getattr(chat, "base_url", None)
+            if not base or not any(str(base).startswith(allowed) for allowed in policy.egress_allow):
+                return None, f"egress denied: task is local_only and {base or chat.model} is not allow-listed"
+        return chat, ""
+
+    async def _escalate(
+        self,
+        decision: Decision,
+        task: TaskCommon,
+        policy: PolicySet,
+        question: Question,
+        state: State,
+        context: Sequence[BaseMessage] = (),
+    ) -> Decision:
+        chat, why_not = self._chat(task, policy)
+        if chat is None:
+            return replace(decision, detail="; ".join(x for x in (decision.detail, why_not) if x))
+        answer = await ask_system2(chat, question, state, context=context, timeout_s=task.read.timeout_s)
+        if answer.option is None:
+            return replace(decision, detail="; ".join(x for x in (decision.detail, answer.detail) if x))
+        return escalated_by_system2(decision, answer.option, model=answer.model, detail=decision.detail)
+
+    async def _record(self, decisions: Sequence[Decision], state: State) -> None:
+        if self._sink is not None:
+            for decision in decisions:
+                await self._sink.record(decision, state=state)
+
+    async def route(self, task_name: str, messages: Sequence[BaseMessage], *, previous: str | None = None) -> Decision:
+        """Pick a route for the latest user turn; ``previous`` is the route the conversation is on."""
+        policy = self.policy
+        task = self._task(policy, task_name, RouteTask)
+        current, earlier = split_turns(messages, task.context_turns)
+        state: State = current if not earlier else {"message": current, "earlier": list(earlier)}
+        questions: dict[str, Question] = {task.name: task.question}
+        if task.open_ended is not None:
+            questions[f"{task.name}.open_ended"] = task.open_ended.question
+        answers = await self._ask(task, policy, state, questions)
+        decision = decide_answer(
+            task.name,
+            answers[task.name],
+            thresholds=task.thresholds,
+            calibration=task.calibration,
+            none_option=task.none_option,
+            policy_version=policy.version,
+        )
+        open_ended = answers.get(f"{task.name}.open_ended")
+        if task.open_ended is not None and isinstance(open_ended, Answer):
+            p = open_ended.probabilities["yes"]
+            if p >= task.open_ended.threshold:
+                decision = replace(decision, outcome=None, escalate=True, reason="open_ended", confidence=p)
+        decision = self._stick(task, decision, previous)
+        if decision.escalate and decision.reason != "open_ended" and decision.reason not in ("engine_error", "timeout"):
+            decision = await self._escalate(decision, task, policy, task.question, state)
+        elif decision.escalate and decision.reason in ("engine_error", "timeout") and task.on_failure == "escalate":
+            decision = await self._escalate(decision, task, policy, task.question, state)
+        await self._record([decision], state)
+        return decision
+
+    @staticmethod
+    def _stick(task: RouteTask, decision: Decision, previous: str | None) -> Decision:
+        if not task.sticky.enabled or previous is None or previous not in task.routes:
+            return decision
+        if decision.reason in ("open_ended", "engine_error", "timeout"):
+            return decision
+        if decision.outcome == previous:
+            return decision
+        if not decision.escalate and decision.confidence >= task.sticky.min_change_confidence:
+            return decision
+        return replace(
+            decision,
+            outcome=previous,
+            escalate=False,
+            reason="sticky",
+            threshold=task.sticky.min_change_confidence,
+            detail=f"kept previous route; System 1 was not confident of a change ({decision.reason})",
+        )
+
+    async def classify(self, task_name: str, state: State) -> dict[str, Decision]:
+        """Answer every question of a classification task, escalating the unsure ones."""
+        policy = self.policy
+        task = self._task(policy, task_name, ClassifyTask)
+        names = {f"{task.name}.{q}": q for q in task.questions}
+        answers = await self._ask(task, policy, state, {full: task.questions[q] for full, q in names.items()})
+
+        async def one(full: str, short: str) -> Decision:
+            decision = decide_answer(
+                task.name,
+                answers[full],
+                thresholds=task.thresholds,
+                calibration=task.calibration,
+                policy_version=policy.version,
+            )
+            decision = replace(decision, question=short)
+            failed = decision.reason in ("engine_error", "timeout")
+            if decision.escalate and (not failed or task.on_failure == "escalate"):
+                decision = await self._escalate(decision, task, policy, task.questions[short], state)
+            return decision
+
+        decided = await asyncio.gather(*(one(full, short) for full, short in names.items()))
+        await self._record(decided, state)
+        return dict(zip(names.values(), decided, strict=True))
+
+    async def check(
+        self, task_name: str, item: str | ToolCall | Mapping[str, Any], *, context: Sequence[BaseMessage] = ()
+    ) -> CheckResult:
+        """Apply a policy check's rules to a text or a proposed tool call."""
+        policy = self.policy
+        task = self._task(policy, task_name, CheckTask)
+        state = _check_state(item, context, task)
+        names = {f"{task.name}.{r}": r for r in task.rules}
+        answers = await self._ask(task, policy, state, {full: task.rules[r].question for full, r in names.items()})
+
+        async def one(full: str, short: str) -> Decision:
+            rule = task.rules[short]
+            decision = decide_check(
+                task.name,
+                answers[full],
+                action=rule.action,
+                calibration=task.calibration,
+                on_failure=task.on_failure,
+                policy_version=policy.version,
+            )
+            decision = replace(decision, question=short)
+            if not decision.escalate:
+                return decision
+            escalated = await self._escalate(decision, task, policy, rule.question, state, context)
+            if escalated.system != 2:
+                # Nobody could judge it: fail closed rather than let the call through.
+                return replace(escalated, outcome="deny", verdict="deny", escalate=False)
+            verdict: Verdict = "deny" if escalated.outcome == rule.action.violation else "allow"
+            return replace(escalated, outcome=verdict, verdict=verdict)
+
+        decided = dict(zip(names.values(), await asyncio.gather(*(one(f, s) for f, s in names.items())), strict=True))
+        await self._record(list(decided.values()), state)
+        verdict, rule = _combine(decided)
+        return CheckResult(
+            task=task.name,
+            verdict=verdict,
+            rule=rule,
+            decisions=decided,
+            system2=any(d.system == 2 for d in decided.values()),
+            policy_version=policy.version,
+        )
+
+
+def _check_state(item: str | ToolCall | Mapping[str, Any], context: Sequence[BaseMessage], task: CheckTask) -> State:
+    if isinstance(item, ToolCall):
+        body: State = {"tool": item.name, "arguments": dict(item.args)}
+    elif isinstance(item, Mapping):
+        body = dict(item)
+    else:
+        body = item
+    if task.kind == "check" and context:
+        earlier = [m.text for m in context if m.text][-4:]
+        return {"item": body, "conversation": earlier}
+    return body
+
+
+def _combine(decisions: Mapping[str, Decision]) -> tuple[Verdict, str]:
+    """Deny beats review beats allow; the deciding rule is the most certain violator of the worst verdict."""
+    rank = {"deny": 2, "review": 1, "allow": 0}
+    worst = max(decisions.items(), key=lambda kv: (rank[kv[1].verdict or "deny"], kv[1].confidence))
+    return worst[1].verdict or "deny", worst[0]

@@ -1,0 +1,155 @@
+"""Settings from ``FASTSLOW_*`` environment variables and an optional settings file.
+
+Nested keys use ``__`` in the environment: ``FASTSLOW_JEV__BASE_URL=http://gpu-box:8011``.
+The settings file is TOML or YAML, found at ``FASTSLOW_SETTINGS_FILE`` (default ``fastslow.toml``
+in the working directory, if present); environment variables override it.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+    YamlConfigSettingsSource,
+)
+
+__all__ = [
+    "EmbeddedSettings",
+    "EngineName",
+    "JevProfileName",
+    "JevSettings",
+    "LogprobSettings",
+    "OpenAIDecisionsSettings",
+    "Settings",
+    "System2Settings",
+    "get_settings",
+]
+
+EngineName = Literal["embedded", "sparrow", "examples", "jev", "openai-decisions", "logprob"]
+JevProfileName = Literal["structured", "jev", "openrouter", "laya-serve", "jev-compatible-server", "llm2jev"]
+
+
+class JevSettings(BaseModel):
+    """A server speaking Jev's ``/v1/systemone`` (the DiffusionGemma structured server by default)."""
+
+    base_url: str = "http://127.0.0.1:8011"
+    """Server root; ``/v1/systemone`` is appended (OpenRouter: ``https://openrouter.ai/api/alpha``)."""
+    profile: JevProfileName = "structured"
+    api_key: SecretStr | None = None
+    model: str | None = None
+    """Model or alias to send; the profile's default when unset."""
+    timeout_s: float = 10.0
+    """Budget for one decision call, retries included."""
+    max_retries: int = 2
+
+
+class OpenAIDecisionsSettings(BaseModel):
+    """OpenAI's ``/v1/decisions`` through the official SDK."""
+
+    model: str = "gpt-6-luna"
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    timeout_s: float = 10.0
+    max_retries: int = 2
+
+
+class LogprobSettings(BaseModel):
+    """Any OpenAI-compatible completions server with logprobs (vLLM, llama.cpp, Ollama)."""
+
+    base_url: str = "http://127.0.0.1:8000/v1"
+    model: str = "default"
+    api_key: SecretStr | None = None
+    timeout_s: float = 10.0
+    max_retries: int = 2
+    top_logprobs: int = 20
+
+
+class EmbeddedSettings(BaseModel):
+    """The in-process CPU engine."""
+
+    examples: Path | None = None
+    """JSON or YAML file of labelled examples per question and option."""
+    embedder: Literal["auto", "minilm", "e5"] = "auto"
+
+
+class System2Settings(BaseModel):
+    """Frontier (System-2) models. Keys and base URLs fall back to the SDKs' usual variables
+    (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``)."""
+
+    default: str = "openai:gpt-5.5"
+    """Model reference used when a task names none: ``openai:MODEL``, ``anthropic:MODEL`` or ``local:MODEL``."""
+    draft: str | None = None
+    """The local draft worker's model reference (a self-hosted OpenAI-compatible server), if any."""
+    openai_api_key: SecretStr | None = None
+    openai_base_url: str | None = None
+    anthropic_api_key: SecretStr | None = None
+    anthropic_base_url: str | None = None
+    local_base_url: str | None = None
+    """A self-hosted OpenAI-compatible server (vLLM, llama.cpp, Ollama) for ``local:`` references."""
+    local_api_key: SecretStr | None = None
+    timeout_s: float = 60.0
+    max_retries: int = 2
+
+
+class Settings(BaseSettings):
+    """Every knob of fastslow; build with ``get_settings()``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="FASTSLOW_",
+        env_nested_delimiter="__",
+        extra="forbid",
+    )
+
+    engine: EngineName = "embedded"
+    """The System-1 engine used when a task names none."""
+    data_dir: Path | None = None
+    """Where fastslow keeps its database and caches; the user's data directory when unset."""
+    max_state_chars: int = 1_000_000
+    jev: JevSettings = Field(default_factory=JevSettings)
+    openai_decisions: OpenAIDecisionsSettings = Field(default_factory=OpenAIDecisionsSettings)
+    logprob: LogprobSettings = Field(default_factory=LogprobSettings)
+    embedded: EmbeddedSettings = Field(default_factory=EmbeddedSettings)
+    system2: System2Settings = Field(default_factory=System2Settings)
+    policy_file: Path | None = None
+    """The YAML policy file; the shipped example when unset."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # .env files and secret dirs are not part of fastslow's configuration story.
+        del dotenv_settings, file_secret_settings
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = Path(os.environ.get("FASTSLOW_SETTINGS_FILE", "fastslow.toml"))
+        if path.is_file():
+            if path.suffix in (".yaml", ".yml"):
+                sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+            else:
+                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)
+
+    def resolved_data_dir(self) -> Path:
+        if self.data_dir is not None:
+            return self.data_dir
+        import platformdirs
+
+        return Path(platformdirs.user_data_dir("fastslow"))
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read once; tests call ``get_settings.cache_clear()`` to swap them."""
+    return Settings()

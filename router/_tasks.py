@@ -1,0 +1,171 @@
+"""The runtime form of a policy file: tasks the router can run, with their thresholds.
+
+``policies`` parses YAML into these values; the router reads nothing else. Three task kinds:
+a routing task (routes with descriptions and examples), a classification task (typed questions) and
+a policy check (rules phrased as questions, each with an action band).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+from ._decisions import Calibration, CheckAction, OnFailure, Thresholds
+from ._engine import ReadOptions
+from ._questions import Choice, Noul, Question
+
+__all__ = [
+    "CheckTask",
+    "ClassifyTask",
+    "Egress",
+    "Examples",
+    "OpenEnded",
+    "PolicySet",
+    "Route",
+    "RouteTask",
+    "Rule",
+    "Sticky",
+    "Task",
+    "TaskCommon",
+]
+
+Examples: TypeAlias = Mapping[str, tuple[str, ...]]
+"""Option name -> labelled example texts."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Egress:
+    """Where a task's data may go when escalated."""
+
+    local_only: bool = False
+    """Escalate only to allow-listed self-hosted base URLs; otherwise fail closed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskCommon:
+    """Settings every task kind has."""
+
+    name: str
+    engine: str | None = None
+    """The System-1 engine; the settings' default when ``None``."""
+    read: ReadOptions = field(default_factory=ReadOptions)
+    escalate_to: str | None = None
+    """System-2 model reference such as ``openai:gpt-5.5``; ``None`` for the default one."""
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    calibration: Calibration = field(default_factory=Calibration)
+    on_failure: OnFailure = "escalate"
+    egress: Egress = field(default_factory=Egress)
+    store_state: bool = False
+    """Whether the decision log may keep the state text (a hash otherwise)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Route:
+    name: str
+    description: str | None = None
+    examples: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenEnded:
+    """Send requests that need free-form work straight to System 2."""
+
+    question: Noul = field(
+        default_factory=lambda: Noul(
+            instructions=(
+                "Does this request need open-ended, free-form work (writing, reasoning, planning) "
+                "rather than being handled by one of the listed routes?"
+            )
+        )
+    )
+    threshold: float = 0.5
+    """Escalate when P(open-ended) is at or above this."""
+    examples: Examples = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sticky:
+    """Multi-turn stickiness: a follow-up keeps the previous route."""
+
+    enabled: bool = True
+    min_change_confidence: float = 0.85
+    """A follow-up changes route only when System 1 is at least this sure of the new one."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RouteTask(TaskCommon):
+    kind: Literal["route"] = "route"
+    instructions: str = "Which route should handle the user's latest message?"
+    routes: Mapping[str, Route] = field(default_factory=dict)
+    none_option: str | None = None
+    """A route name that means "none of these": choosing it escalates."""
+    open_ended: OpenEnded | None = None
+    context_turns: int = 2
+    """Earlier turns shown with the current user turn."""
+    sticky: Sticky = field(default_factory=Sticky)
+
+    @property
+    def question(self) -> Choice:
+        return Choice(criteria={r.name: r.description for r in self.routes.values()}, instructions=self.instructions)
+
+    @property
+    def examples(self) -> Examples:
+        return {r.name: r.examples for r in self.routes.values() if r.examples}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClassifyTask(TaskCommon):
+    kind: Literal["classify"] = "classify"
+    questions: Mapping[str, Question] = field(default_factory=dict)
+    examples: Mapping[str, Examples] = field(default_factory=dict)
+    """Question name -> option -> examples."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rule:
+    name: str
+    question: Noul | Choice
+    action: CheckAction = field(default_factory=CheckAction)
+    examples: Examples = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckTask(TaskCommon):
+    kind: Literal["check"] = "check"
+    rules: Mapping[str, Rule] = field(default_factory=dict)
+
+
+Task: TypeAlias = RouteTask | ClassifyTask | CheckTask
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicySet:
+    """A whole, validated policy file."""
+
+    tasks: Mapping[str, Task]
+    version: str
+    """Content hash of the file it came from; recorded with every decision."""
+    source: str = ""
+    egress_allow: tuple[str, ...] = ()
+    """Self-hosted base URLs that ``local_only`` tasks may escalate to."""
+    default_escalate_to: str | None = None
+
+    def question_examples(self) -> dict[str, Examples]:
+        """Labelled examples keyed by the question names the router asks engines.
+
+        A route task's question is named after the task, its open-ended check ``<task>.open_ended``,
+        a classification question ``<task>.<question>`` and a policy rule ``<task>.<rule>``.
+        """
+        out: dict[str, Examples] = {}
+        for task in self.tasks.values():
+            if isinstance(task, RouteTask):
+                if task.examples:
+                    out[task.name] = task.examples
+                if task.open_ended is not None and task.open_ended.examples:
+                    out[f"{task.name}.open_ended"] = task.open_ended.examples
+            elif isinstance(task, ClassifyTask):
+                out.update({f"{task.name}.{q}": ex for q, ex in task.examples.items() if ex})
+            else:
+                out.update({f"{task.name}.{r.name}": r.examples for r in task.rules.values() if r.examples})
+        return out

@@ -1,0 +1,82 @@
+"""Shared fixtures: a guard against reaching real providers, settings isolation, the public data."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from router import get_settings
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = Path(os.environ.get("FASTSLOW_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+_PROVIDER_ENV = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "TYPESAFE_API_KEY",
+    "TYPESAFE_BASE_URL",
+    "OPENROUTER_API_KEY",
+)
+
+
+def _loopback(address: Any) -> bool:
+    if not isinstance(address, tuple):
+        return True  # AF_UNIX paths and the like never leave the machine
+    host = address[0]
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@pytest.fixture(autouse=True)
+def _no_real_providers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail any test that tries to open a connection beyond loopback (pydantic-ai's ALLOW_MODEL_REQUESTS)."""
+    real_connect = socket.socket.connect
+    real_connect_ex = socket.socket.connect_ex
+
+    def connect(self: socket.socket, address: Any) -> None:
+        if not _loopback(address):
+            raise RuntimeError(f"a test tried to reach {address!r}; tests only talk to loopback servers")
+        real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        if not _loopback(address):
+            raise RuntimeError(f"a test tried to reach {address!r}; tests only talk to loopback servers")
+        return real_connect_ex(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    for name in _PROVIDER_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """Each test reads settings anew, from its own environment, with data under its tmp_path."""
+    for name in list(os.environ):
+        if name.startswith("FASTSLOW_") and name != "FASTSLOW_SHARED_DATA":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FASTSLOW_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("FASTSLOW_SETTINGS_FILE", str(tmp_path / "no-settings.toml"))
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """The public labelled data sets (../shared/data); skips where that folder is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"public data not found at {SHARED_DATA} (set FASTSLOW_SHARED_DATA); CI always has it")
+    return SHARED_DATA

@@ -1,0 +1,235 @@
+"""The LangGraph nodes inside real graphs: routing, checkpoints, subgraphs, Send, the policy gate."""
+
+from __future__ import annotations
+
+import operator
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.graph import END, START, StateGraph, add_messages
+from langgraph.prebuilt import ToolNode
+from langgraph.types import Command, Send
+
+from router import Question, Router, State, classify_node, policy_gate_node, router_node
+from tests.fakes.scripted import Chats, OneEngine, ScriptedEngine
+from tests.test_router import _policy
+
+
+def _last(_: Any, new: Any) -> Any:
+    return new
+
+
+class S(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+    route: Annotated[str | None, _last]
+    decision: Annotated[dict[str, Any], _last]
+    handled: Annotated[list[str], operator.add]
+    gate: list[dict[str, Any]]
+    classification: dict[str, Any]
+    classification_decisions: dict[str, Any]
+
+
+def _keyword_script(state: State, name: str, question: Question) -> Any:
+    # Like a model that reads only the current turn, so that stickiness is what keeps a follow-up.
+    text = str(state["message"] if isinstance(state, dict) and "message" in state else state).lower()
+    if name.endswith(".open_ended"):
+        return {"yes": 0.9, "no": 0.1} if "poem" in text else {"yes": 0.05, "no": 0.95}
+    if name == "support":
+        if "charge" in text or "refund" in text:
+            return {"billing": 0.9, "technical": 0.05, "other": 0.05}
+        if "crash" in text:
+            return {"billing": 0.05, "technical": 0.9, "other": 0.05}
+        return {"billing": 0.34, "technical": 0.33, "other": 0.33}
+    if name.startswith("tools."):
+        rule = name.split(".")[1]
+        if rule == "destructive":
+            p = 0.97 if "rm" in text else 0.5 if "truncate" in text else 0.02
+        else:
+            p = 0.02
+        return {"yes": p, "no": 1 - p}
+    if name == "triage.urgent":
+        return {"yes": 0.9, "no": 0.1} if "now" in text else {"yes": 0.1, "no": 0.9}
+    return {"0": 0.8, "1": 0.1, "2": 0.1}
+
+
+def _router() -> Router:
+    policy = _policy()
+    return Router(lambda: policy, OneEngine(ScriptedEngine(_keyword_script)), Chats(None))
+
+
+def _agent(name: str) -> Any:
+    def node(state: S) -> dict[str, Any]:
+        return {"messages": [AIMessage(f"{name} here")], "handled": [name]}
+
+    return node
+
+
+def _support_graph(router: Router) -> StateGraph[S, Any, S, S]:
+    graph: StateGraph[S, Any, S, S] = StateGraph(S)
+    graph.add_node("route", router_node(router, "support"), destinations=("billing", "technical", "frontier"))
+    for name in ("billing", "technical", "frontier"):
+        graph.add_node(name, _agent(name))
+        graph.add_edge(name, END)
+    graph.add_edge(START, "route")
+    return graph
+
+
+def test_router_node_routes_synchronously_and_writes_the_decision() -> None:
+    app = _support_graph(_router()).compile()
+    out = app.invoke({"messages": [HumanMessage("I want a refund")]})
+    assert out["handled"] == ["billing"]
+    assert out["route"] == "billing"
+    assert out["decision"]["system"] == 1 and out["decision"]["policy_version"] == "sha256:test"
+
+
+async def test_router_node_routes_asynchronously_and_escalates_unsettled_decisions() -> None:
+    app = _support_graph(_router()).compile()
+    out = await app.ainvoke({"messages": [HumanMessage("hello there")]})
+    assert out["handled"] == ["frontier"]
+    assert out["route"] is None
+    assert "no frontier model configured" in out["decision"]["detail"]
+
+
+def test_checkpointed_conversations_keep_their_route_across_turns(tmp_path: Path) -> None:
+    with SqliteSaver.from_conn_string(str(tmp_path / "checkpoints.sqlite")) as saver:
+        app = _support_graph(_router()).compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "t1"}}
+        app.invoke({"messages": [HumanMessage("I was charged twice")]}, config)
+        out = app.invoke({"messages": [HumanMessage("ok do it")]}, config)
+        assert out["handled"] == ["billing", "billing"]
+        assert out["decision"]["reason"] == "sticky"
+    with SqliteSaver.from_conn_string(str(tmp_path / "checkpoints.sqlite")) as saver:
+        app = _support_graph(_router()).compile(checkpointer=saver)
+        assert app.get_state({"configurable": {"thread_id": "t1"}}).values["route"] == "billing"
+
+
+async def test_async_sqlite_and_memory_checkpointers(tmp_path: Path) -> None:
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "a.sqlite")) as saver:
+        app = _support_graph(_router()).compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "t2"}}
+        await app.ainvoke({"messages": [HumanMessage("the app crashes")]}, config)
+        out = await app.ainvoke({"messages": [HumanMessage("and again")]}, config)
+        assert out["handled"] == ["technical", "technical"]
+    app = _support_graph(_router()).compile(checkpointer=InMemorySaver())
+    out = await app.ainvoke({"messages": [HumanMessage("refund please")]}, {"configurable": {"thread_id": "m"}})
+    assert out["route"] == "billing"
+
+
+async def test_router_node_inside_a_subgraph() -> None:
+    inner = _support_graph(_router()).compile()
+    outer: StateGraph[S, Any, S, S] = StateGraph(S)
+    outer.add_node("support", inner)
+    outer.add_edge(START, "support")
+    outer.add_edge("support", END)
+    out = await outer.compile().ainvoke({"messages": [HumanMessage("my app crash")]})
+    assert out["handled"] == ["technical"]
+
+
+async def test_router_node_under_send_fan_out() -> None:
+    graph = _support_graph(_router())
+    graph.add_node("fan", lambda state: {})
+    graph.add_conditional_edges(
+        "fan", lambda state: [Send("route", {"messages": [m]}) for m in state["messages"]], ["route"]
+    )
+    graph.edges.discard((START, "route"))
+    graph.add_edge(START, "fan")
+    out = await graph.compile().ainvoke({"messages": [HumanMessage("refund me"), HumanMessage("it crashes")]})
+    assert sorted(out["handled"]) == ["billing", "technical"]
+
+
+# --- the policy gate -------------------------------------------------------------------------
+
+executed: list[str] = []
+
+
+@tool
+def shell(command: str) -> str:
+    """Run a shell command."""
+    executed.append(command)
+    return f"ran {command}"
+
+
+def _gate_graph(router: Router, script: list[list[dict[str, Any]]]) -> StateGraph[S, Any, S, S]:
+    turns = iter(script)
+
+    def agent(state: S) -> dict[str, Any]:
+        calls = next(turns, [])
+        return {"messages": [AIMessage("", tool_calls=calls) if calls else AIMessage("done")]}
+
+    graph: StateGraph[S, Any, S, S] = StateGraph(S)
+    graph.add_node("agent", agent)
+    graph.add_node("gate", policy_gate_node(router, "tools"), destinations=("tools", "agent"))
+    graph.add_node("tools", ToolNode([shell]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", lambda s: "gate" if s["messages"][-1].tool_calls else END, ["gate", END])
+    graph.add_edge("tools", "agent")
+    return graph
+
+
+def _call(command: str, call_id: str) -> dict[str, Any]:
+    return {"name": "shell", "args": {"command": command}, "id": call_id, "type": "tool_call"}
+
+
+def _no_orphans(messages: list[AnyMessage]) -> None:
+    asked = {c["id"] for m in messages if isinstance(m, AIMessage) for c in m.tool_calls}
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    assert asked == answered
+
+
+@pytest.fixture(autouse=True)
+def _clear_executed() -> None:
+    executed.clear()
+
+
+async def test_gate_allows_and_denies_per_call_without_orphans() -> None:
+    app = _gate_graph(_router(), [[_call("ls", "a"), _call("rm -rf /data", "b")]]).compile()
+    out = await app.ainvoke({"messages": [HumanMessage("clean up")]})
+    assert executed == ["ls"]
+    refusal = next(m for m in out["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "b")
+    assert refusal.status == "error" and "Refused by policy 'tools'" in refusal.content
+    assert "destructive" in refusal.content
+    _no_orphans(out["messages"])
+    assert out["messages"][-1].content == "done"
+
+
+def test_gate_works_under_sync_invoke() -> None:
+    app = _gate_graph(_router(), [[_call("ls", "a")]]).compile()
+    out = app.invoke({"messages": [HumanMessage("list")]})
+    assert executed == ["ls"]
+    _no_orphans(out["messages"])
+
+
+@pytest.mark.parametrize(("resume", "ran"), [("allow", ["truncate log"]), ("deny", [])])
+async def test_gate_review_pauses_for_a_person(resume: str, ran: list[str]) -> None:
+    app = _gate_graph(_router(), [[_call("truncate log", "r")]]).compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": f"review-{resume}"}}
+    paused = await app.ainvoke({"messages": [HumanMessage("shrink the log")]}, config)
+    interrupt = paused["__interrupt__"][0].value
+    assert interrupt["rule"] == "destructive" and interrupt["tool_call"]["id"] == "r"
+    assert executed == []
+    out = await app.ainvoke(Command(resume=resume), config)
+    assert executed == ran
+    _no_orphans(out["messages"])
+    assert out["gate"][0]["by"] == "a person"
+
+
+def test_classify_node_feeds_conditional_edges() -> None:
+    graph: StateGraph[S, Any, S, S] = StateGraph(S)
+    graph.add_node("classify", classify_node(_router(), "triage"))
+    graph.add_node("pager", _agent("pager"))
+    graph.add_node("queue", _agent("queue"))
+    graph.add_edge(START, "classify")
+    graph.add_conditional_edges(
+        "classify", lambda s: "pager" if s["classification"]["urgent"] == "yes" else "queue", ["pager", "queue"]
+    )
+    app = graph.compile()
+    assert app.invoke({"messages": [HumanMessage("site is down now")]})["handled"] == ["pager"]
+    out = app.invoke({"messages": [HumanMessage("whenever you can")]})
+    assert out["handled"] == ["queue"]
+    assert out["classification"] == {"urgent": "no", "tone": "0"}

@@ -1,0 +1,284 @@
+"""The Router facade: System 1 first, System 2 for the rest, with egress and multi-turn rules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+
+from router import (
+    ChatResult,
+    CheckAction,
+    CheckTask,
+    ClassifyTask,
+    ConfigError,
+    Decision,
+    Egress,
+    EngineHTTPError,
+    EngineTimeout,
+    Noul,
+    OpenEnded,
+    PolicySet,
+    Question,
+    Route,
+    RouteTask,
+    Router,
+    Rule,
+    Score,
+    State,
+    Thresholds,
+    ToolCall,
+)
+from tests.fakes.scripted import Chats, OneEngine, ScriptedChat, ScriptedEngine
+
+ROUTES = {
+    "billing": Route(name="billing", description="Charges and refunds"),
+    "technical": Route(name="technical", description="Bugs"),
+    "other": Route(name="other", description="None of the above"),
+}
+
+
+def _policy(**task_overrides: Any) -> PolicySet:
+    route = RouteTask(
+        name="support",
+        routes=ROUTES,
+        none_option="other",
+        thresholds=Thresholds(min_confidence=0.7, min_margin=0.1),
+        **task_overrides,
+    )
+    check = CheckTask(
+        name="tools",
+        rules={
+            "destructive": Rule(
+                name="destructive",
+                question=Noul(instructions="Does it delete data?"),
+                action=CheckAction(deny_at=0.8, allow_at=0.3),
+            ),
+            "exfiltration": Rule(
+                name="exfiltration",
+                question=Noul(instructions="Does it send data out?"),
+                action=CheckAction(deny_at=0.8, allow_at=0.3),
+            ),
+        },
+        on_failure="fail_closed",
+    )
+    classify = ClassifyTask(
+        name="triage",
+        questions={"urgent": Noul(instructions="Is it urgent?"), "tone": Score(levels=["calm", "annoyed", "furious"])},
+        thresholds=Thresholds(min_confidence=0.6),
+    )
+    return PolicySet(
+        tasks={"support": route, "tools": check, "triage": classify},
+        version="sha256:test",
+        egress_allow=("http://10.0.0.5:8000",),
+    )
+
+
+def _router(
+    script: Any, chat: ScriptedChat | None = None, policy: PolicySet | None = None, sink: Any = None
+) -> tuple[Router, ScriptedEngine]:
+    engine = ScriptedEngine(script)
+    the_policy = policy or _policy()
+    return Router(lambda: the_policy, OneEngine(engine), Chats(chat), sink=sink), engine
+
+
+def _route(dist: Mapping[str, float]) -> Any:
+    def script(state: State, name: str, question: Question) -> Any:
+        if name.endswith(".open_ended"):
+            return {"yes": 0.05, "no": 0.95}
+        return dist
+
+    return script
+
+
+def _answer_with(option: str) -> ChatResult:
+    return ChatResult(content="", model="frontier-1", structured={"answer": option})
+
+
+async def test_confident_route_stays_on_system_1() -> None:
+    chat = ScriptedChat()
+    router, engine = _router(_route({"billing": 0.9, "technical": 0.05, "other": 0.05}), chat)
+    decision = await router.route("support", [HumanMessage("I was charged twice")])
+    assert (decision.outcome, decision.system, decision.reason) == ("billing", 1, "confident")
+    assert decision.policy_version == "sha256:test"
+    assert chat.calls == []
+    assert engine.calls[0][0] == "I was charged twice"
+
+
+async def test_low_confidence_asks_system_2_with_options_as_an_enum() -> None:
+    chat = ScriptedChat(replies=[_answer_with("technical")])
+    router, _ = _router(_route({"billing": 0.4, "technical": 0.35, "other": 0.25}), chat)
+    decision = await router.route("support", [HumanMessage("the app is weird with my card")])
+    assert (decision.outcome, decision.system, decision.reason) == ("technical", 2, "low_confidence")
+    schema = chat.calls[0]["schema"]
+    assert schema["properties"]["answer"]["enum"] == ["billing", "technical", "other"]
+
+
+async def test_system_2_answering_outside_the_options_leaves_it_escalated() -> None:
+    chat = ScriptedChat(replies=[_answer_with("sales")])
+    router, _ = _router(_route({"billing": 0.4, "technical": 0.35, "other": 0.25}), chat)
+    decision = await router.route("support", [HumanMessage("hmm")])
+    assert decision.outcome is None and decision.escalate
+    assert "outside the options" in decision.detail
+
+
+async def test_none_of_these_escalates() -> None:
+    chat = ScriptedChat(replies=[_answer_with("billing")])
+    router, _ = _router(_route({"billing": 0.05, "technical": 0.05, "other": 0.9}), chat)
+    decision = await router.route("support", [HumanMessage("what's the weather")])
+    assert (decision.reason, decision.system, decision.outcome) == ("none_of_these", 2, "billing")
+
+
+async def test_open_ended_requests_go_straight_to_system_2() -> None:
+    policy = _policy(open_ended=OpenEnded(threshold=0.6))
+
+    def script(state: State, name: str, question: Question) -> Any:
+        return (
+            {"yes": 0.9, "no": 0.1}
+            if name == "support.open_ended"
+            else {"billing": 0.95, "technical": 0.03, "other": 0.02}
+        )
+
+    chat = ScriptedChat()
+    router, engine = _router(script, chat, policy)
+    decision = await router.route("support", [HumanMessage("write me a poem about invoices")])
+    assert (decision.reason, decision.escalate, decision.outcome) == ("open_ended", True, None)
+    assert engine.calls[0][1] == ["support", "support.open_ended"]  # one System-1 call
+    assert chat.calls == []  # the frontier node does the work, not a typed question
+
+
+async def test_no_frontier_model_is_a_clear_escalated_outcome() -> None:
+    router, _ = _router(_route({"billing": 0.4, "technical": 0.35, "other": 0.25}), None)
+    decision = await router.route("support", [HumanMessage("hmm")])
+    assert decision.escalate and decision.outcome is None
+    assert "no frontier model configured" in decision.detail
+
+
+async def test_engine_errors_and_timeouts_escalate_without_crashing() -> None:
+    chat = ScriptedChat(replies=[_answer_with("billing"), _answer_with("technical")])
+    router, _ = _router(lambda *a: EngineHTTPError(503, "overloaded", engine="jev"), chat)
+    decision = await router.route("support", [HumanMessage("refund")])
+    assert (decision.reason, decision.system, decision.outcome) == ("engine_error", 2, "billing")
+    assert "503" in decision.detail
+    router, _ = _router(lambda *a: EngineTimeout("budget spent"), chat)
+    decision = await router.route("support", [HumanMessage("refund")])
+    assert (decision.reason, decision.outcome) == ("timeout", "technical")
+
+
+async def test_local_only_tasks_escalate_only_to_allow_listed_hosts() -> None:
+    policy = _policy(egress=Egress(local_only=True))
+    outside = ScriptedChat(replies=[_answer_with("billing")], base_url="https://api.openai.com/v1")
+    router, _ = _router(_route({"billing": 0.4, "technical": 0.35, "other": 0.25}), outside, policy)
+    decision = await router.route("support", [HumanMessage("card issue")])
+    assert decision.outcome is None and "egress denied" in decision.detail
+    assert outside.calls == []
+    inside = ScriptedChat(replies=[_answer_with("billing")], base_url="http://10.0.0.5:8000/v1")
+    router, _ = _router(_route({"billing": 0.4, "technical": 0.35, "other": 0.25}), inside, policy)
+    assert (await router.route("support", [HumanMessage("card issue")])).outcome == "billing"
+
+
+async def test_follow_ups_keep_the_previous_route_unless_system_1_is_sure() -> None:
+    chat = ScriptedChat(replies=[_answer_with("technical")])
+    history = [HumanMessage("I was charged twice"), AIMessage("I can refund one charge."), HumanMessage("do it")]
+    router, engine = _router(_route({"billing": 0.3, "technical": 0.4, "other": 0.3}), chat)
+    decision = await router.route("support", history, previous="billing")
+    assert (decision.outcome, decision.reason, decision.system) == ("billing", "sticky", 1)
+    assert chat.calls == []
+    # The state carries the current turn and a bounded window of earlier turns.
+    assert engine.calls[0][0] == {
+        "message": "do it",
+        "earlier": ["user: I was charged twice", "assistant: I can refund one charge."],
+    }
+    router, _ = _router(_route({"billing": 0.02, "technical": 0.95, "other": 0.03}), chat)
+    changed = await router.route("support", [HumanMessage("now the app crashes")], previous="billing")
+    assert (changed.outcome, changed.reason) == ("technical", "confident")
+
+
+async def test_a_sure_but_not_sure_enough_change_stays_sticky() -> None:
+    router, _ = _router(_route({"billing": 0.1, "technical": 0.8, "other": 0.1}), ScriptedChat())
+    decision = await router.route("support", [HumanMessage("and the other thing")], previous="billing")
+    assert decision.reason == "sticky" and decision.outcome == "billing"
+
+
+def _rules(destructive: float, exfiltration: float) -> Any:
+    def script(state: State, name: str, question: Question) -> Any:
+        p = destructive if name == "tools.destructive" else exfiltration
+        return {"yes": p, "no": 1 - p}
+
+    return script
+
+
+@pytest.mark.parametrize(
+    ("destructive", "exfiltration", "verdict", "rule"),
+    [
+        (0.05, 0.1, "allow", "exfiltration"),
+        (0.5, 0.1, "review", "destructive"),
+        (0.95, 0.5, "deny", "destructive"),
+        (0.5, 0.9, "deny", "exfiltration"),
+    ],
+)
+async def test_policy_check_verdicts(destructive: float, exfiltration: float, verdict: str, rule: str) -> None:
+    router, engine = _router(_rules(destructive, exfiltration))
+    result = await router.check("tools", ToolCall(id="c1", name="rm", args={"path": "/data"}))
+    assert (result.verdict, result.rule, result.system2) == (verdict, rule, False)
+    assert engine.calls[0][0] == {"tool": "rm", "arguments": {"path": "/data"}}
+    assert result.policy_version == "sha256:test"
+
+
+async def test_checks_fail_closed_when_system_1_is_down() -> None:
+    router, _ = _router(lambda *a: EngineHTTPError(500, "boom"))
+    result = await router.check("tools", "drop table users")
+    assert result.verdict == "deny"
+    assert all(d.reason == "engine_error" for d in result.decisions.values())
+
+
+async def test_checks_that_escalate_use_system_2_and_fail_closed_without_it() -> None:
+    base = _policy()
+    tools = base.tasks["tools"]
+    assert isinstance(tools, CheckTask)
+    from dataclasses import replace
+
+    policy = PolicySet(tasks={**base.tasks, "tools": replace(tools, on_failure="escalate")}, version="v2")
+    chat = ScriptedChat(replies=[_answer_with("no"), _answer_with("no")])
+    router, _ = _router(lambda *a: EngineHTTPError(502, "bad gateway"), chat, policy)
+    result = await router.check("tools", "list files")
+    assert (result.verdict, result.system2) == ("allow", True)
+    router, _ = _router(lambda *a: EngineHTTPError(502, "bad gateway"), None, policy)
+    result = await router.check("tools", "list files")
+    assert result.verdict == "deny"
+    assert "no frontier model configured" in result.decisions["destructive"].detail
+
+
+async def test_classify_escalates_only_the_unsure_questions() -> None:
+    def script(state: State, name: str, question: Question) -> Any:
+        return {"yes": 0.95, "no": 0.05} if name == "triage.urgent" else {"0": 0.4, "1": 0.3, "2": 0.3}
+
+    chat = ScriptedChat(replies=[_answer_with("2")])
+    router, _ = _router(script, chat)
+    decided = await router.classify("triage", "THIS IS THE THIRD TIME")
+    assert (decided["urgent"].outcome, decided["urgent"].system) == ("yes", 1)
+    assert (decided["tone"].outcome, decided["tone"].system) == ("2", 2)
+    assert len(chat.calls) == 1
+
+
+async def test_every_decision_is_recorded_with_its_state() -> None:
+    seen: list[tuple[Decision, State]] = []
+
+    class Sink:
+        async def record(self, decision: Decision, *, state: State) -> None:
+            seen.append((decision, state))
+
+    router, _ = _router(_rules(0.1, 0.1), sink=Sink())
+    await router.check("tools", "ls")
+    assert [d.question for d, _ in seen] == ["destructive", "exfiltration"]
+    assert all(state == "ls" for _, state in seen)
+
+
+async def test_unknown_task_or_wrong_kind_is_a_config_error() -> None:
+    router, _ = _router(_rules(0.1, 0.1))
+    with pytest.raises(ConfigError, match="no task 'nope'"):
+        await router.route("nope", [HumanMessage("x")])
+    with pytest.raises(ConfigError, match="is a check task"):
+        await router.route("tools", [HumanMessage("x")])
