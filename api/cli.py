@@ -10,7 +10,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, cast
 
 import typer
 
@@ -128,14 +128,14 @@ def graph_list() -> None:
 
 
 async def _run_graph(settings: Settings, name: str, text: str) -> dict[str, Any]:
-    from graphs import run_graph
+    from graphs import GraphName, run_graph
 
     from ._compose import build_runtime
 
     runtime = build_runtime(settings)
     try:
         return await run_graph(
-            name,
+            cast(GraphName, name),
             text,
             router=runtime.router,
             chats=runtime.chats,

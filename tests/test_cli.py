@@ -69,7 +69,15 @@ def test_decide_answers_offline_on_the_default_engine(tmp_path: Path) -> None:
     env["FASTSLOW_DATA_DIR"] = str(tmp_path)
     body = (REPO / "examples" / "support_request.json").read_text()
     done = subprocess.run(
-        [sys.executable, "-m", "api.cli", "decide", "-", "--examples", str(REPO / "examples" / "support_examples.yaml")],
+        [
+            sys.executable,
+            "-m",
+            "api.cli",
+            "decide",
+            "-",
+            "--examples",
+            str(REPO / "examples" / "support_examples.yaml"),
+        ],
         input=body,
         capture_output=True,
         text=True,
