@@ -19,6 +19,7 @@ install: $(STAMP)
 
 run: install
 	$(BIN)/fastslow decide examples/support_request.json --examples examples/support_examples.yaml --pretty
+	$(BIN)/fastslow graph run support-triage --input "I was charged twice for my subscription this month" --pretty
 
 test: install
 	$(BIN)/python -m pytest

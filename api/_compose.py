@@ -51,6 +51,10 @@ def build_runtime(settings: Settings) -> Runtime:
         ),
     )
     engines = EnginePool(settings)
+    # Train on the policy's examples now, and again on every reload, so that no decision waits
+    # for (or times out on) training.
+    engines.warm(store.current)
+    store.add_listener(lambda _old, new: engines.warm(new))
     chats = Frontier(settings.system2)
     router = Router(lambda: store.current, engines, chats)
     return Runtime(settings=settings, store=store, engines=engines, chats=chats, router=router)

@@ -10,7 +10,7 @@ import logging
 import threading
 from typing import Any
 
-from router import DecisionEngine, EngineName, PolicySet, Settings
+from router import ConfigError, DecisionEngine, EngineName, PolicySet, Settings
 
 from ._registry import ENGINES, LEARNS_FROM_EXAMPLES
 
@@ -50,10 +50,16 @@ class EnginePool:
         return engine
 
     def warm(self, policy: PolicySet) -> None:
-        """Build (and train) the engines ``policy`` uses, so the first decision does not wait."""
-        names = {task.engine for task in policy.tasks.values()}
-        for name in names:
+        """Build (and train) the engines ``policy`` uses, so the first decision does not wait.
+
+        Engines trained for other policy versions are dropped: after a reload only the new
+        examples matter. (Their ``aclose`` is a no-op: they hold no connections.)
+        """
+        for name in {task.engine for task in policy.tasks.values()}:
             self.engine_for(name, policy)
+        with self._lock:
+            for key in [k for k in self._engines if k[1] and k[1] != policy.version]:
+                del self._engines[key]
 
     def _build(self, name: EngineName, policy: PolicySet) -> DecisionEngine:
         if name not in LEARNS_FROM_EXAMPLES:
@@ -90,8 +96,10 @@ class EnginePool:
             return self._shared["sparrow"]  # type: ignore[no-any-return]
         if name == "examples":
             if examples_engine is None:
-                raise_no_examples()
-            return examples_engine  # type: ignore[return-value]
+                raise ConfigError(
+                    "the examples engine needs examples in the policy or an examples file", key="embedded.examples"
+                )
+            return examples_engine
         return EmbeddedEngine(
             sparrow=self._shared["sparrow"],
             embedder=self._shared["embedder"],
@@ -105,9 +113,3 @@ class EnginePool:
             self._engines.clear()
         for engine in {id(e): e for e in engines}.values():
             await engine.aclose()
-
-
-def raise_no_examples() -> None:
-    from router import ConfigError
-
-    raise ConfigError("the examples engine needs examples in the policy or an examples file", key="embedded.examples")

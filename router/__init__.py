@@ -4,7 +4,7 @@
 """
 
 from ._answers import Answer, EngineReply, NoAnswer, Signals, Usage, normalise_distribution
-from ._chat import ChatEngine, ChatResult, ToolCall, ToolSpec
+from ._chat import ChatEngine, ChatResult, ToolCall, ToolOutcome, ToolRunner, ToolSpec, ToolStep
 from ._decisions import (
     Calibration,
     CheckAction,
@@ -146,7 +146,10 @@ __all__ = [
     "TaskCommon",
     "Thresholds",
     "ToolCall",
+    "ToolOutcome",
+    "ToolRunner",
     "ToolSpec",
+    "ToolStep",
     "Usage",
     "Verdict",
     "ask_system2",

@@ -6,7 +6,7 @@ reasoning items, thought channels) stays inside the engine and never reaches a `
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -14,7 +14,7 @@ from langchain_core.messages import BaseMessage
 
 from ._answers import Usage
 
-__all__ = ["ChatEngine", "ChatResult", "ToolCall", "ToolSpec"]
+__all__ = ["ChatEngine", "ChatResult", "ToolCall", "ToolOutcome", "ToolRunner", "ToolSpec", "ToolStep"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,12 +37,35 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ToolOutcome:
+    """What running (or refusing) one tool call produced, as the model will see it."""
+
+    content: str
+    is_error: bool = False
+
+
+ToolRunner = Callable[[ToolCall], Awaitable[ToolOutcome]]
+"""Runs one tool call, after the policy gate, for an engine that keeps the tool loop inside its call."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolStep:
+    """One round of a tool loop run inside the engine: the call and its outcome (never a thought)."""
+
+    call: ToolCall
+    outcome: ToolOutcome
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ChatResult:
     """What a System-2 call returns: final content only."""
 
     content: str
     model: str
     tool_calls: tuple[ToolCall, ...] = ()
+    """Calls the model asks the caller to run (only when no ``tool_runner`` was given)."""
+    steps: tuple[ToolStep, ...] = ()
+    """Tool rounds the engine ran itself through ``tool_runner``, in order."""
     structured: Any = None
     """The parsed object when a ``schema`` was asked for."""
     usage: Usage = field(default_factory=Usage)
@@ -56,6 +79,11 @@ class ChatEngine(Protocol):
     name: str
     model: str
 
+    @property
+    def base_url(self) -> str | None:
+        """Where the engine sends data; ``local_only`` tasks escalate only to allow-listed ones."""
+        ...
+
     async def complete(
         self,
         messages: Sequence[BaseMessage],
@@ -63,8 +91,13 @@ class ChatEngine(Protocol):
         tools: Sequence[ToolSpec] = (),
         schema: Mapping[str, Any] | None = None,
         timeout_s: float | None = None,
+        tool_runner: ToolRunner | None = None,
     ) -> ChatResult:
         """Answer ``messages``; with ``schema``, return an object matching it in ``structured``.
+
+        With ``tool_runner``, the engine runs the tool loop itself (calling ``tool_runner`` for each
+        call) until the model answers without tools; provider state that must travel within the
+        loop, such as Anthropic's signed thinking blocks, never leaves the call.
 
         Raises ``EngineError`` when the model cannot be reached or refuses the request.
         """

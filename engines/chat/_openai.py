@@ -11,21 +11,25 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx2
 import openai
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from openai.types.chat import ChatCompletion
 
 from router import (
     ChatResult,
     ConfigError,
+    Deadline,
     EngineError,
     EngineProtocolError,
     System2Settings,
     ToolCall,
+    ToolRunner,
     ToolSpec,
+    ToolStep,
     Usage,
     strip_thoughts,
 )
@@ -39,6 +43,9 @@ __all__ = ["OpenAIChatEngine"]
 # A chat template that opens the thought inside the prompt (Qwen3, DeepSeek-R1 without a reasoning
 # parser) makes the server return only the closing marker: everything before it is thought.
 _CLOSING = re.compile(r"</think>|<channel\|>", re.IGNORECASE)
+
+
+MAX_TOOL_ROUNDS = 8
 
 
 def _final_content(text: str) -> str:
@@ -117,8 +124,12 @@ class OpenAIChatEngine:
         tools: Sequence[ToolSpec] = (),
         schema: Mapping[str, Any] | None = None,
         timeout_s: float | None = None,
+        tool_runner: ToolRunner | None = None,
     ) -> ChatResult:
         """Answer ``messages``; with ``schema``, ask for strict JSON output and parse it into ``structured``.
+
+        With ``tool_runner``, tool calls are run through it and sent back until the model answers
+        without tools (at most ``MAX_TOOL_ROUNDS`` rounds), all within the one time budget.
 
         ``timeout_s`` (the settings' ``timeout_s`` when ``None``) bounds the whole call, the SDK's
         retries included.
@@ -131,6 +142,42 @@ class OpenAIChatEngine:
                 output are not the JSON asked for.
             EngineError: the model refused.
         """
+        budget = timeout_s if timeout_s is not None else self._timeout_s
+        if tool_runner is None:
+            return await self._once(messages, tools, schema, budget)
+        deadline = Deadline(budget)
+        history = list(messages)
+        steps: list[ToolStep] = []
+        for _ in range(MAX_TOOL_ROUNDS):
+            result = await self._once(history, tools, schema, deadline.remaining)
+            if not result.tool_calls:
+                return replace(result, steps=tuple(steps))
+            history.append(
+                AIMessage(
+                    content=result.content,
+                    tool_calls=[{"id": c.id, "name": c.name, "args": dict(c.args)} for c in result.tool_calls],
+                )
+            )
+            for call in result.tool_calls:
+                outcome = await tool_runner(call)
+                steps.append(ToolStep(call=call, outcome=outcome))
+                history.append(
+                    ToolMessage(
+                        content=outcome.content,
+                        tool_call_id=call.id,
+                        name=call.name,
+                        status="error" if outcome.is_error else "success",
+                    )
+                )
+        raise EngineError(f"no final answer after {MAX_TOOL_ROUNDS} tool rounds", engine=self.name)
+
+    async def _once(
+        self,
+        messages: Sequence[BaseMessage],
+        tools: Sequence[ToolSpec],
+        schema: Mapping[str, Any] | None,
+        budget: float,
+    ) -> ChatResult:
         request: dict[str, Any] = {"model": self.model, "messages": to_wire(messages)}
         if tools:
             request["tools"] = function_tools(tools)
@@ -139,7 +186,6 @@ class OpenAIChatEngine:
                 "type": "json_schema",
                 "json_schema": {"name": "answer", "schema": dict(schema), "strict": True},
             }
-        budget = timeout_s if timeout_s is not None else self._timeout_s
         async with openai_errors(self.name, budget) as deadline:
             completion = await self._client.chat.completions.create(
                 **request, timeout=request_timeout(deadline, self.name)

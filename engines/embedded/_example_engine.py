@@ -102,7 +102,10 @@ class ExampleEngine:
         head = self.heads.get(name)
         if head is None:
             return f"no examples for question {name!r}"
-        if set(head.labels) != set(question.options):
+        # A head answers a question whose options include all it was trained on; options without
+        # examples (a route task's "none of these") get no probability from it, so they never win
+        # here and low confidence escalates instead.
+        if not set(head.labels) <= set(question.options):
             return (
                 f"the examples for {name!r} have options {sorted(head.labels)}, "
                 f"the question has {sorted(question.options)}"

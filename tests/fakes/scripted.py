@@ -102,8 +102,17 @@ class ScriptedChat:
         tools: Sequence[ToolSpec] = (),
         schema: Mapping[str, Any] | None = None,
         timeout_s: float | None = None,
+        tool_runner: Any = None,
     ) -> ChatResult:
-        self.calls.append({"messages": list(messages), "tools": list(tools), "schema": schema, "timeout_s": timeout_s})
+        self.calls.append(
+            {
+                "messages": list(messages),
+                "tools": list(tools),
+                "schema": schema,
+                "timeout_s": timeout_s,
+                "tool_runner": tool_runner,
+            }
+        )
         if self.respond is not None:
             return self.respond(messages, schema)
         reply = self.replies.pop(0)
