@@ -1,3 +1,5 @@
-"""fastslow's composition root: the command line (and, next, the HTTP service)."""
+"""fastslow's composition root: settings in, a wired router out; the command line."""
 
-__all__: list[str] = []
+from ._compose import Runtime, build_runtime, default_policy_path
+
+__all__ = ["Runtime", "build_runtime", "default_policy_path"]
