@@ -27,6 +27,7 @@ __all__ = [
     "JevProfileName",
     "JevSettings",
     "LogprobSettings",
+    "ModelPrice",
     "OpenAIDecisionsSettings",
     "Settings",
     "System2Settings",
@@ -80,6 +81,15 @@ class EmbeddedSettings(BaseModel):
     embedder: Literal["auto", "minilm", "e5"] = "auto"
 
 
+class ModelPrice(BaseModel):
+    """What a model costs, in US dollars per million tokens."""
+
+    input: float = 0.0
+    output: float = 0.0
+    cached_input: float | None = None
+    """Price of cached input tokens, when the provider reports them; ``input`` when unset."""
+
+
 class System2Settings(BaseModel):
     """Frontier (System-2) models. Keys and base URLs fall back to the SDKs' usual variables
     (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``)."""
@@ -97,6 +107,11 @@ class System2Settings(BaseModel):
     local_api_key: SecretStr | None = None
     timeout_s: float = 60.0
     max_retries: int = 2
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    """Model reference (``openai:gpt-5.5``) -> price; calls to unpriced models record no cost."""
+    thought_sink: Path | None = None
+    """Debugging only, off by default: a JSONL file where tasks that opt in keep model thoughts.
+    Nothing ever reads it back into a prompt, a graph state or the decision log."""
 
 
 class Settings(BaseSettings):
@@ -120,6 +135,10 @@ class Settings(BaseSettings):
     system2: System2Settings = Field(default_factory=System2Settings)
     policy_file: Path | None = None
     """The YAML policy file; the shipped example when unset."""
+    database_url: str | None = None
+    """SQLAlchemy URL of the decision log; a SQLite file under ``data_dir`` when unset."""
+    max_body_bytes: int = 1_048_576
+    """Largest HTTP request body the API accepts."""
 
     @classmethod
     def settings_customise_sources(

@@ -58,6 +58,8 @@ class TaskCommon:
     egress: Egress = field(default_factory=Egress)
     store_state: bool = False
     """Whether the decision log may keep the state text (a hash otherwise)."""
+    debug_thoughts: bool = False
+    """Keep System-2 thoughts of this task in the settings' ``thought_sink`` (debugging; off by default)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
