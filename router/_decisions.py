@@ -9,6 +9,7 @@ ordinary decisions, not exceptions.
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal, TypeAlias
@@ -125,6 +126,10 @@ class Decision:
     latency_ms: float = 0.0
     detail: str = ""
     """Free text for people: the engine error, what System 2 said, and so on."""
+    cost_usd: float | None = None
+    """What the System-2 call cost, when its model has a price in the settings."""
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """Unique id, made when the decision is; the decision log and the HTTP API use it."""
 
 
 def calibrate(probabilities: Mapping[str, float], calibration: Calibration) -> dict[str, float]:
@@ -228,7 +233,13 @@ def decide_check(
 
 
 def escalated_by_system2(
-    decision: Decision, outcome: str | None, *, model: str, verdict: Verdict | None = None, detail: str = ""
+    decision: Decision,
+    outcome: str | None,
+    *,
+    model: str,
+    verdict: Verdict | None = None,
+    detail: str = "",
+    cost_usd: float | None = None,
 ) -> Decision:
     """The decision after System 2 answered: its outcome with ``system: 2``; the escalation reason is kept."""
     return replace(
@@ -239,4 +250,5 @@ def escalated_by_system2(
         escalate=False,
         model=model,
         detail=detail,
+        cost_usd=cost_usd,
     )

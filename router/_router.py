@@ -85,6 +85,10 @@ class Router:
         self._chats = chats
         self._sink = sink
 
+    def with_sink(self, sink: DecisionSink | None) -> Router:
+        """The same router recording into ``sink`` (say, the decision log bound to one tenant)."""
+        return Router(self._policies, self._engines, self._chats, sink=sink)
+
     @property
     def policy(self) -> PolicySet:
         return self._policies()
@@ -136,7 +140,9 @@ class Router:
         answer = await ask_system2(chat, question, state, context=context, timeout_s=task.read.timeout_s)
         if answer.option is None:
             return replace(decision, detail="; ".join(x for x in (decision.detail, answer.detail) if x))
-        return escalated_by_system2(decision, answer.option, model=answer.model, detail=decision.detail)
+        return escalated_by_system2(
+            decision, answer.option, model=answer.model, detail=decision.detail, cost_usd=answer.cost_usd
+        )
 
     async def _record(self, decisions: Sequence[Decision], state: State) -> None:
         if self._sink is not None:
