@@ -166,6 +166,111 @@ def graph_run(
     sys.stdout.write(json.dumps(result, indent=2 if pretty else None, ensure_ascii=False, default=str) + "\n")
 
 
+EXIT_STORE = 4
+"""The decision log's database could not be reached or migrated."""
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _migrate(settings: Settings) -> str:
+    """Run the decision log's migrations; the URL (password hidden) on success, one line on failure."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from .store import database_url_for, upgrade
+
+    try:
+        url = database_url_for(settings)
+        upgrade(url)
+    except ConfigError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except (SQLAlchemyError, OSError) as exc:
+        _fail(f"decision log: cannot migrate the database: {type(exc).__name__}: {exc}", EXIT_STORE)
+    return _safe_url(url)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port to listen on.", min=0, max=65535)] = 8000,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level: debug, info, warning, error.")] = "info",
+) -> None:
+    """Run the HTTP API (OpenAPI docs at /docs); migrations run first, API keys come from `fastslow keys create`."""
+    import uvicorn
+
+    from policies import load_policy
+
+    from ._compose import default_policy_path
+    from .app import create_app
+
+    settings = _settings(None, None)
+    # Check what a person can get wrong before the server starts, so a mistake is one line, not
+    # a lifespan traceback: the policy file, and the database (which also migrates it).
+    try:
+        load_policy(default_policy_path(settings))
+    except ConfigError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    _migrate(settings)
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level, ws="none", lifespan="on")
+    )
+    server.run()
+    if not server.started:
+        _fail("the API did not start; see the log above", EXIT_BAD_INPUT)
+
+
+keys_app = typer.Typer(help="API keys for the HTTP API.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+
+async def _create_key(settings: Settings, tenant: str, name: str | None) -> tuple[str, Any]:
+    from .store import DecisionStore, database_url_for
+
+    store = await DecisionStore.open(database_url_for(settings))
+    try:
+        return await store.create_key(tenant, name=name)
+    finally:
+        await store.aclose()
+
+
+@keys_app.command("create")
+def keys_create(
+    tenant: Annotated[str, typer.Option("--tenant", help="The tenant whose decisions the key may see.")],
+    name: Annotated[str | None, typer.Option(help="A label for people, such as the service using it.")] = None,
+) -> None:
+    """Create an API key and print it once: it is not kept and cannot be shown again."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    if not tenant.strip():
+        _fail("--tenant: must not be empty", EXIT_BAD_INPUT)
+    settings = _settings(None, None)
+    try:
+        key, record = asyncio.run(_create_key(settings, tenant, name))
+    except ConfigError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except (SQLAlchemyError, OSError) as exc:
+        _fail(f"decision log: {type(exc).__name__}: {exc}", EXIT_STORE)
+    sys.stdout.write(f"{key}\n")
+    sys.stderr.write(
+        f"created key {record.prefix}... (id {record.id}) for tenant {record.tenant!r}; "
+        "store it now, it is shown only once\n"
+    )
+
+
+db_app = typer.Typer(help="The decision log's database.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Migrate the decision log to the newest schema (`fastslow serve` also does this on start)."""
+    url = _migrate(_settings(None, None))
+    sys.stderr.write(f"decision log at {url} is up to date\n")
+
+
 ENGINE_NAMES: tuple[str, ...] = EngineName.__args__  # type: ignore[attr-defined]
 
 

@@ -48,12 +48,14 @@ class GraphContext:
 
 
 class StepRecord(TypedDict):
-    """One System-2 step, as kept in state: who ran, on which model, and how it went."""
+    """One System-2 step, as kept in state: who ran, on which model, how it went and what it cost."""
 
     node: str
     model: str | None
     ok: bool
     detail: str
+    cost_usd: float | None
+    """From the provider's token counts and ``system2.prices``; ``None`` when unpriced or nothing ran."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +104,8 @@ def ai_message(result: ChatResult, node: str) -> AIMessage:
 
 def step(node: str, outcome: ChatResult | Failed, detail: str = "") -> StepRecord:
     if isinstance(outcome, Failed):
-        return {"node": node, "model": outcome.model, "ok": False, "detail": outcome.note}
-    return {"node": node, "model": outcome.model, "ok": True, "detail": detail}
+        return {"node": node, "model": outcome.model, "ok": False, "detail": outcome.note, "cost_usd": None}
+    return {"node": node, "model": outcome.model, "ok": True, "detail": detail, "cost_usd": outcome.cost_usd}
 
 
 def message_record(message: BaseMessage) -> dict[str, Any]:

@@ -90,6 +90,7 @@ def _common(name: str, task: CommonModel, defaults: CommonModel, on_failure: OnF
     calibration = _block(task.calibration, defaults.calibration, CalibrationModel)
     egress = _block(task.egress, defaults.egress, TaskEgressModel)
     store_state = task.store_state if task.store_state is not None else defaults.store_state
+    debug_thoughts = task.debug_thoughts if task.debug_thoughts is not None else defaults.debug_thoughts
     return TaskCommon(
         name=name,
         engine=task.engine or defaults.engine,
@@ -112,6 +113,7 @@ def _common(name: str, task: CommonModel, defaults: CommonModel, on_failure: OnF
         on_failure=task.on_failure or defaults.on_failure or on_failure,
         egress=Egress(local_only=egress.local_only),
         store_state=bool(store_state),
+        debug_thoughts=bool(debug_thoughts),
     )
 
 

@@ -114,6 +114,7 @@ class CommonModel(Strict):
     on_failure: OnFailure | None = None
     egress: TaskEgressModel | None = None
     store_state: bool | None = None
+    debug_thoughts: bool | None = None
 
     @field_validator("engine")
     @classmethod

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from openai.types.completion_usage import CompletionUsage, PromptTokensDetails
 from pydantic import SecretStr
 
-from engines.chat import Frontier, ModelRef, OpenAIChatEngine
+from engines.chat import AnthropicChatEngine, Frontier, ModelRef, OpenAIChatEngine, OpenAIResponsesEngine
 from router import (
     ConfigError,
     EngineError,
@@ -17,7 +18,10 @@ from router import (
     EngineProtocolError,
     EngineTimeout,
     EngineUnavailable,
+    ModelPrice,
     System2Settings,
+    ToolCall,
+    ToolOutcome,
     ToolSpec,
 )
 from tests.fakes.openai_server import Reply, error, openai_server, structured, text, tool_calls
@@ -160,8 +164,18 @@ async def test_unreadable_json_is_a_protocol_error(reply: Reply) -> None:
         text("<think>secret thought</think>\nThe answer."),
         text("<|channel>thought\nsecret thought<channel|>The answer."),
         text("secret thought\n</think>\n\nThe answer."),
+        text("The answer.<|channel>thought secret thought"),
+        text("The answer.\n<think>secret thought"),
     ],
-    ids=["reasoning field", "reasoning_content field", "think tags", "gemma thought channel", "template-opened think"],
+    ids=[
+        "reasoning field",
+        "reasoning_content field",
+        "think tags",
+        "gemma thought channel",
+        "template-opened think",
+        "unclosed channel",
+        "unclosed think",
+    ],
 )
 async def test_reasoning_never_reaches_the_content(reply: Reply) -> None:
     with openai_server(reply) as (base_url, _):
@@ -170,11 +184,64 @@ async def test_reasoning_never_reaches_the_content(reply: Reply) -> None:
     assert result.content == "The answer."
 
 
+async def test_thoughts_go_only_to_the_callback() -> None:
+    kept: list[str] = []
+    reply = text("<|channel>thought\ninline thought<channel|>The answer.", reasoning="field thought")
+    with openai_server(reply) as (base_url, _):
+        engine = OpenAIChatEngine(System2Settings(local_base_url=base_url), "local:qwen", on_thought=kept.append)
+        result = await engine.complete([HumanMessage("?")])
+    assert result.content == "The answer."
+    assert kept == ["field thought", "inline thought"]
+
+
 async def test_thoughts_are_stripped_before_structured_output_is_parsed() -> None:
     with openai_server(text('<think>hmm {"answer": "no"}</think>{"answer": "yes"}')) as (base_url, _):
         engine = OpenAIChatEngine(_settings(base_url), "openai:gpt-5.5")
         result = await engine.complete([HumanMessage("?")], schema=SCHEMA)
     assert result.structured == {"answer": "yes"}
+
+
+@pytest.mark.parametrize(
+    ("prices", "expected"),
+    [
+        # 600 uncached prompt tokens at $1, 400 cached at $0.25, 50 completion tokens at $4 (per million).
+        ({"openai:gpt-5.5": ModelPrice(input=1.0, cached_input=0.25, output=4.0)}, (600 + 100 + 200) / 1e6),
+        ({"openai:gpt-5.5": ModelPrice(input=1.0, output=4.0)}, (1000 + 200) / 1e6),
+        ({}, None),
+    ],
+    ids=["cached price", "no cached price", "unpriced"],
+)
+async def test_cost_comes_from_usage_and_the_models_price(prices: Any, expected: float | None) -> None:
+    usage = CompletionUsage(
+        prompt_tokens=1000,
+        completion_tokens=50,
+        total_tokens=1050,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=400),
+    )
+    with openai_server(Reply(content="ok", usage=usage)) as (base_url, _):
+        engine = OpenAIChatEngine(_settings(base_url, prices=prices), "openai:gpt-5.5")
+        result = await engine.complete([HumanMessage("?")])
+    assert result.cost_usd == (pytest.approx(expected) if expected is not None else None)
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (1000, 50)
+
+
+async def test_the_tool_loop_records_steps_and_adds_up_usage_and_cost() -> None:
+    async def runner(call: ToolCall) -> ToolOutcome:
+        return ToolOutcome(content=f"ran {call.name}", is_error=True)
+
+    prices = {"openai:gpt-5.5": ModelPrice(input=1.0, output=1.0)}
+    script = [tool_calls(("read_file", {"path": "a"})), text("<think>done?</think>Done.", reasoning="hidden")]
+    with openai_server(*script) as (base_url, server):
+        engine = OpenAIChatEngine(_settings(base_url, prices=prices), "openai:gpt-5.5")
+        result = await engine.complete([HumanMessage("read a")], tool_runner=runner)
+    assert result.content == "Done." and result.tool_calls == ()
+    assert [(s.call.name, s.outcome.content, s.outcome.is_error) for s in result.steps] == [
+        ("read_file", "ran read_file", True)
+    ]
+    sent = server.requests[1]["messages"][-1]
+    assert sent == {"role": "tool", "tool_call_id": "call_1_0", "content": "ran read_file"}
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (22, 14)
+    assert result.cost_usd == pytest.approx(36 / 1e6)
 
 
 async def test_a_refusal_is_an_engine_error() -> None:
@@ -255,9 +322,31 @@ def test_the_default_reference_is_used_and_engines_are_cached(monkeypatch: pytes
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
     frontier = Frontier(System2Settings(default="openai:gpt-5.5"))
     engine = frontier.chat_for(None)
-    assert isinstance(engine, OpenAIChatEngine) and engine.model == "gpt-5.5"
+    assert isinstance(engine, OpenAIResponsesEngine) and engine.model == "gpt-5.5"
     assert frontier.chat_for("openai:gpt-5.5") is engine
     assert frontier.chat_for("openai:gpt-5.5-mini") is not engine
+
+
+@pytest.mark.parametrize(
+    ("base_url", "env", "api", "expected"),
+    [
+        (None, None, "auto", OpenAIResponsesEngine),
+        ("https://api.openai.com/v1", None, "auto", OpenAIResponsesEngine),
+        ("http://gpu-box:8000/v1", None, "auto", OpenAIChatEngine),
+        (None, "http://127.0.0.1:8000/v1", "auto", OpenAIChatEngine),
+        ("http://gpu-box:8000/v1", None, "responses", OpenAIResponsesEngine),
+        (None, None, "chat", OpenAIChatEngine),
+    ],
+    ids=["openai itself", "openai's url", "compatible server", "compatible server from env", "forced", "forced chat"],
+)
+def test_openai_references_speak_responses_to_openai_and_chat_completions_elsewhere(
+    monkeypatch: pytest.MonkeyPatch, base_url: str | None, env: str | None, api: Any, expected: type
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    if env:
+        monkeypatch.setenv("OPENAI_BASE_URL", env)
+    frontier = Frontier(System2Settings(openai_base_url=base_url), openai_api=api)
+    assert type(frontier.chat_for("openai:gpt-5.5")) is expected
 
 
 def test_local_references_use_the_self_hosted_server() -> None:
@@ -267,10 +356,14 @@ def test_local_references_use_the_self_hosted_server() -> None:
     assert engine.base_url.startswith("http://127.0.0.1:8000/v1")
 
 
-def test_anthropic_with_credentials_says_its_engine_is_not_written_yet() -> None:
-    frontier = Frontier(System2Settings(anthropic_api_key=SecretStr("sk-ant")))
-    with pytest.raises(ConfigError, match="System-2 issue"):
-        frontier.chat_for("anthropic:claude-sonnet-4-6")
+@pytest.mark.parametrize(
+    "settings",
+    [System2Settings(anthropic_api_key=SecretStr("sk-ant")), System2Settings(anthropic_base_url="http://127.0.0.1:1")],
+    ids=["key", "base url"],
+)
+def test_anthropic_references_use_the_anthropic_engine(settings: System2Settings) -> None:
+    engine = Frontier(settings).chat_for("anthropic:claude-sonnet-4-6")
+    assert isinstance(engine, AnthropicChatEngine) and engine.model == "claude-sonnet-4-6"
 
 
 def test_a_bad_task_reference_names_the_key() -> None:

@@ -8,7 +8,17 @@ import sys
 
 import pytest
 
-PACKAGES = ["router", "engines", "engines.chat", "engines.embedded", "engines.jev", "policies", "graphs", "api"]
+PACKAGES = [
+    "router",
+    "engines",
+    "engines.chat",
+    "engines.embedded",
+    "engines.jev",
+    "policies",
+    "graphs",
+    "api",
+    "api.store",
+]
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -30,6 +30,7 @@ from router import (
     CheckTask,
     ConfigError,
     EngineHTTPError,
+    ModelPrice,
     Noul,
     OpenEnded,
     PolicySet,
@@ -148,7 +149,7 @@ async def test_support_routes_to_a_specialist_that_answers_with_its_own_prompt(
     assert (reply.content, reply.name) == (f"{node} answer", node)
     system_prompt, *history = chat.calls[0]["messages"]
     assert prompt_word in system_prompt.content and history[-1].content == request_text
-    assert out["steps"] == [{"node": node, "model": "frontier-1", "ok": True, "detail": ""}]
+    assert out["steps"] == [{"node": node, "model": "frontier-1", "ok": True, "detail": "", "cost_usd": None}]
 
 
 async def test_open_ended_requests_go_to_the_frontier_agent() -> None:
@@ -320,12 +321,18 @@ async def test_an_invalid_draft_is_escalated_with_its_problems() -> None:
 async def test_draft_and_escalation_over_two_loopback_servers() -> None:
     with openai_server(structured(BAD)) as (local_url, local), openai_server(structured(GOOD)) as (cloud_url, cloud):
         settings = System2Settings(
-            local_base_url=local_url, openai_base_url=cloud_url, openai_api_key=SecretStr("sk-t"), max_retries=0
+            local_base_url=local_url,
+            openai_base_url=cloud_url,
+            openai_api_key=SecretStr("sk-t"),
+            max_retries=0,
+            prices={"openai:gpt-5.5": ModelPrice(input=1.0, output=2.0)},
         )
         frontier = Frontier(settings)
         out = await _draft(frontier)
         await frontier.aclose()
     assert (out["produced_by"], out["answer"]) == ("frontier", GOOD)
+    # Each step records its cost: the draft model is unpriced, the frontier call is 11 in, 7 out.
+    assert [s["cost_usd"] for s in out["steps"]] == [None, pytest.approx((11 * 1.0 + 7 * 2.0) / 1e6)]
     assert local.requests[0]["model"] == "qwen" and cloud.requests[0]["model"] == "gpt-5.5"
     assert cloud.requests[0]["response_format"]["json_schema"]["strict"] is True
 

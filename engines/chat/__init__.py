@@ -1,7 +1,21 @@
-"""System-2 chat engines: model references, the Chat Completions engine, and the ``Frontier`` chat source."""
+"""System-2 chat engines: model references, the Responses, Chat Completions and Anthropic engines, the
+``Frontier`` chat source, and the opt-in thought sink."""
 
-from ._frontier import Frontier
+from ._anthropic import AnthropicChatEngine
+from ._frontier import Frontier, OpenAIApi
 from ._openai import OpenAIChatEngine
 from ._ref import ModelRef, Provider
+from ._responses import OpenAIResponsesEngine
+from ._thoughts import ThoughtSink, keep_thoughts
 
-__all__ = ["Frontier", "ModelRef", "OpenAIChatEngine", "Provider"]
+__all__ = [
+    "AnthropicChatEngine",
+    "Frontier",
+    "ModelRef",
+    "OpenAIApi",
+    "OpenAIChatEngine",
+    "OpenAIResponsesEngine",
+    "Provider",
+    "ThoughtSink",
+    "keep_thoughts",
+]

@@ -2,6 +2,17 @@
 
 A provider with neither a key nor a base URL is simply not configured: ``chat_for`` returns
 ``None`` and the router records "no frontier model configured", so everything runs offline.
+
+Which engine serves a reference:
+
+    openai:MODEL     -> OpenAIResponsesEngine when the base URL is OpenAI's own (none set, or
+                        api.openai.com), else OpenAIChatEngine (vLLM, llama.cpp, proxies);
+                        ``openai_api`` forces one or the other
+    local:MODEL      -> OpenAIChatEngine on ``local_base_url``
+    anthropic:MODEL  -> AnthropicChatEngine
+
+Every engine gets the thought sink's callback when ``thought_sink`` is set; the sink keeps a
+thought only while a task that opted in (``keep_thoughts``) is running.
 """
 
 from __future__ import annotations
@@ -9,51 +20,69 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from typing import Literal, TypeAlias
+from urllib.parse import urlsplit
 
 import httpx2
 
-from router import ChatEngine, ConfigError, System2Settings
+from router import ChatEngine, System2Settings
 
+from ._anthropic import AnthropicChatEngine
 from ._openai import OpenAIChatEngine
 from ._ref import ModelRef, Provider
+from ._responses import OpenAIResponsesEngine
+from ._thoughts import ThoughtSink
 
-__all__ = ["Frontier"]
+__all__ = ["Frontier", "OpenAIApi"]
 
 logger = logging.getLogger(__name__)
 
-_Build = Callable[[ModelRef, System2Settings, httpx2.AsyncClient | None], ChatEngine | None]
+OpenAIApi: TypeAlias = Literal["auto", "responses", "chat"]
+"""The API ``openai:`` references speak; ``auto`` picks Responses for OpenAI itself only."""
+
+_OPENAI_HOST = "api.openai.com"
+
+_Build = Callable[[ModelRef, "Frontier"], ChatEngine | None]
 
 
 def _configured(value: object, env: str | None = None) -> bool:
     return value is not None or bool(env and os.environ.get(env))
 
 
-def _openai(ref: ModelRef, settings: System2Settings, http_client: httpx2.AsyncClient | None) -> ChatEngine | None:
+def _speaks_responses(settings: System2Settings, api: OpenAIApi) -> bool:
+    if api != "auto":
+        return api == "responses"
+    # OpenAI-compatible servers (vLLM, llama.cpp, most proxies) speak Chat Completions, not Responses.
+    base_url = settings.openai_base_url or os.environ.get("OPENAI_BASE_URL")
+    return not base_url or urlsplit(base_url).hostname == _OPENAI_HOST
+
+
+def _openai(ref: ModelRef, frontier: Frontier) -> ChatEngine | None:
+    settings = frontier.settings
     keyed = _configured(settings.openai_api_key, "OPENAI_API_KEY")
     if not (keyed or _configured(settings.openai_base_url, "OPENAI_BASE_URL")):
         logger.info("no frontier model configured for %s: set system2.openai_api_key or OPENAI_API_KEY", ref)
         return None
-    return OpenAIChatEngine(settings, ref, http_client=http_client)
+    engine = OpenAIResponsesEngine if _speaks_responses(settings, frontier.openai_api) else OpenAIChatEngine
+    return engine(settings, ref, http_client=frontier.http_client, on_thought=frontier.on_thought(ref))
 
 
-def _local(ref: ModelRef, settings: System2Settings, http_client: httpx2.AsyncClient | None) -> ChatEngine | None:
-    if not settings.local_base_url:
+def _local(ref: ModelRef, frontier: Frontier) -> ChatEngine | None:
+    if not frontier.settings.local_base_url:
         logger.info("no self-hosted model configured for %s: set system2.local_base_url", ref)
         return None
-    return OpenAIChatEngine(settings, ref, http_client=http_client)
+    return OpenAIChatEngine(
+        frontier.settings, ref, http_client=frontier.http_client, on_thought=frontier.on_thought(ref)
+    )
 
 
-def _anthropic(ref: ModelRef, settings: System2Settings, http_client: httpx2.AsyncClient | None) -> ChatEngine | None:
-    del http_client
-    if _configured(settings.anthropic_api_key, "ANTHROPIC_API_KEY") or _configured(
-        settings.anthropic_base_url, "ANTHROPIC_BASE_URL"
-    ):
-        raise ConfigError(
-            f"{ref}: the anthropic engine arrives with the System-2 issue; use an openai: or local: model for now",
-            key="system2.default",
-        )
-    logger.info("no frontier model configured for %s: the anthropic engine is not available yet", ref)
-    return None
+def _anthropic(ref: ModelRef, frontier: Frontier) -> ChatEngine | None:
+    settings = frontier.settings
+    keyed = _configured(settings.anthropic_api_key, "ANTHROPIC_API_KEY")
+    if not (keyed or _configured(settings.anthropic_base_url, "ANTHROPIC_BASE_URL")):
+        logger.info("no frontier model configured for %s: set system2.anthropic_api_key or ANTHROPIC_API_KEY", ref)
+        return None
+    return AnthropicChatEngine(settings, ref, http_client=frontier.http_client, on_thought=frontier.on_thought(ref))
 
 
 _BUILDERS: dict[Provider, _Build] = {"openai": _openai, "anthropic": _anthropic, "local": _local}
@@ -63,27 +92,42 @@ class Frontier:
     """A ``ChatSource`` over the System-2 settings; one engine per model reference, built on first use.
 
     Args:
-        settings: the ``system2`` settings (default model, keys, base URLs, budget, retries).
+        settings: the ``system2`` settings (default model, keys, base URLs, budget, retries,
+            prices, thought sink).
         http_client: an ``httpx2.AsyncClient`` every engine sends through (tests pass one); the
             caller keeps ownership.
+        openai_api: the API ``openai:`` references speak: ``auto`` (Responses on OpenAI's own
+            base URL, Chat Completions on any other), ``responses`` or ``chat``.
     """
 
-    def __init__(self, settings: System2Settings, *, http_client: httpx2.AsyncClient | None = None) -> None:
+    def __init__(
+        self,
+        settings: System2Settings,
+        *,
+        http_client: httpx2.AsyncClient | None = None,
+        openai_api: OpenAIApi = "auto",
+    ) -> None:
         self.settings = settings
-        self._http_client = http_client
+        self.http_client = http_client
+        self.openai_api = openai_api
+        self.thoughts = ThoughtSink.from_settings(settings)
+        """The debugging sink, ``None`` unless ``settings.thought_sink`` is set."""
         self._engines: dict[str, ChatEngine | None] = {}
+
+    def on_thought(self, ref: ModelRef) -> Callable[[str], None] | None:
+        """The thought callback for engines serving ``ref``; ``None`` when no sink is configured."""
+        return self.thoughts.for_model(str(ref)) if self.thoughts is not None else None
 
     def chat_for(self, ref: str | None) -> ChatEngine | None:
         """The engine for ``ref`` (``settings.default`` when ``None``), or ``None`` when its provider is not configured.
 
         Raises:
-            ConfigError: the reference is malformed, or names anthropic while an Anthropic key or
-                base URL is set (that engine is not written yet).
+            ConfigError: the reference is malformed.
         """
         parsed = ModelRef.parse(ref, key="escalate_to") if ref else ModelRef.parse(self.settings.default)
         key = str(parsed)
         if key not in self._engines:
-            self._engines[key] = _BUILDERS[parsed.provider](parsed, self.settings, self._http_client)
+            self._engines[key] = _BUILDERS[parsed.provider](parsed, self)
         return self._engines[key]
 
     async def aclose(self) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from router import InvalidRequest, ToolSpec, neutralise_text
+from router import InvalidRequest, ToolSpec, neutralise_text, strip_thoughts
 
 __all__ = ["function_tools", "to_wire"]
 
@@ -47,7 +47,8 @@ def _user_content(content: str | list[Any], where: str) -> str | list[dict[str, 
 
 
 def _assistant(message: AIMessage) -> dict[str, Any]:
-    wire: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+    # ``.text`` skips reasoning and thinking content blocks; inline thought markup goes too.
+    wire: dict[str, Any] = {"role": "assistant", "content": strip_thoughts(message.text) or None}
     if message.tool_calls:
         wire["tool_calls"] = [
             {

@@ -1,60 +1,54 @@
 """``OpenAIChatEngine``: System 2 over the Chat Completions API of OpenAI or any compatible server (vLLM).
 
 Only final content leaves the engine. Servers that reason return it apart (vLLM's ``reasoning`` /
-``reasoning_content`` fields, which are never read) or inline (``<think>…</think>``, Gemma's
-``<|channel>thought…<channel|>``), which is cut from the content.
+``reasoning_content`` fields, never read into the content) or inline (``<think>…</think>``, Gemma's
+``<|channel>thought…<channel|>``, closed or not), which is cut from the content. Either kind goes to
+the opt-in thought sink at most (``ThoughtSink``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-import re
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import httpx2
 import openai
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import BaseMessage
 from openai.types.chat import ChatCompletion
 
 from router import (
     ChatResult,
     ConfigError,
-    Deadline,
     EngineError,
     EngineProtocolError,
     System2Settings,
     ToolCall,
     ToolRunner,
     ToolSpec,
-    ToolStep,
     Usage,
-    strip_thoughts,
 )
 
 from .._openai_errors import api_key_or_deferred_error, openai_errors, request_timeout
+from ._cost import call_cost
+from ._loop import tool_loop
 from ._messages import function_tools, to_wire
 from ._ref import ModelRef
+from ._thoughts import final_content, inline_thoughts
 
-__all__ = ["OpenAIChatEngine"]
+__all__ = ["OpenAIChatEngine", "client_args"]
 
-# A chat template that opens the thought inside the prompt (Qwen3, DeepSeek-R1 without a reasoning
-# parser) makes the server return only the closing marker: everything before it is thought.
-_CLOSING = re.compile(r"</think>|<channel\|>", re.IGNORECASE)
+logger = logging.getLogger(__name__)
 
-
-MAX_TOOL_ROUNDS = 8
-
-
-def _final_content(text: str) -> str:
-    text = strip_thoughts(text)
-    return _CLOSING.split(text)[-1].strip()
+_REASONING_FIELDS = ("reasoning", "reasoning_content")
+"""vLLM's message fields for a reasoning parser's output (``reasoning_content`` before recipes PR #322)."""
 
 
-def _client_args(ref: ModelRef, settings: System2Settings) -> dict[str, Any]:
-    """The SDK's ``base_url`` and ``api_key`` for ``ref``'s provider."""
+def client_args(ref: ModelRef, settings: System2Settings) -> dict[str, Any]:
+    """The SDK's ``base_url`` and ``api_key`` for ``ref``'s provider (the Responses engine uses it too)."""
     if ref.provider == "openai":
         # ``None`` lets the SDK read OPENAI_BASE_URL, then use api.openai.com.
         base_url = settings.openai_base_url
@@ -84,6 +78,9 @@ class OpenAIChatEngine:
         ref: the model, as a reference or its string; ``settings.default`` when ``None``.
         http_client: an ``httpx2.AsyncClient`` to send requests through. The caller keeps
             ownership: ``aclose`` leaves it open.
+        on_thought: debugging only: called with the text of each thought (vLLM's ``reasoning`` /
+            ``reasoning_content`` fields and inline thought markup), as ``ThoughtSink.for_model``
+            gives it. It must not raise; if it does, the error is logged and the call goes on.
 
     Raises:
         ConfigError: the reference is malformed, is an ``anthropic:`` one, or is ``local:`` with
@@ -103,14 +100,17 @@ class OpenAIChatEngine:
         ref: ModelRef | str | None = None,
         *,
         http_client: httpx2.AsyncClient | None = None,
+        on_thought: Callable[[str], None] | None = None,
     ) -> None:
         self.ref = ref if isinstance(ref, ModelRef) else ModelRef.parse(ref or settings.default)
         self.name = f"{self.ref.provider}-chat"
         self.model = self.ref.model
         self._timeout_s = settings.timeout_s
+        self._price = settings.prices.get(str(self.ref))
+        self._on_thought = on_thought
         self._owns_http = http_client is None
         self._client = openai.AsyncOpenAI(
-            **_client_args(self.ref, settings),
+            **client_args(self.ref, settings),
             http_client=http_client,
             max_retries=settings.max_retries,  # the one retry loop is the SDK's
             timeout=settings.timeout_s,
@@ -129,10 +129,11 @@ class OpenAIChatEngine:
         """Answer ``messages``; with ``schema``, ask for strict JSON output and parse it into ``structured``.
 
         With ``tool_runner``, tool calls are run through it and sent back until the model answers
-        without tools (at most ``MAX_TOOL_ROUNDS`` rounds), all within the one time budget.
+        without tools (at most ``MAX_TOOL_ROUNDS`` rounds), all within the one time budget; ``usage``
+        and ``cost_usd`` then cover every round.
 
         ``timeout_s`` (the settings' ``timeout_s`` when ``None``) bounds the whole call, the SDK's
-        retries included.
+        retries included; each request's SDK timeout is what is left of it.
 
         Raises:
             EngineTimeout: the budget ran out.
@@ -143,40 +144,18 @@ class OpenAIChatEngine:
             EngineError: the model refused.
         """
         budget = timeout_s if timeout_s is not None else self._timeout_s
+        once = partial(self._once, tools=tools, schema=schema)
         if tool_runner is None:
-            return await self._once(messages, tools, schema, budget)
-        deadline = Deadline(budget)
-        history = list(messages)
-        steps: list[ToolStep] = []
-        for _ in range(MAX_TOOL_ROUNDS):
-            result = await self._once(history, tools, schema, deadline.remaining)
-            if not result.tool_calls:
-                return replace(result, steps=tuple(steps))
-            history.append(
-                AIMessage(
-                    content=result.content,
-                    tool_calls=[{"id": c.id, "name": c.name, "args": dict(c.args)} for c in result.tool_calls],
-                )
-            )
-            for call in result.tool_calls:
-                outcome = await tool_runner(call)
-                steps.append(ToolStep(call=call, outcome=outcome))
-                history.append(
-                    ToolMessage(
-                        content=outcome.content,
-                        tool_call_id=call.id,
-                        name=call.name,
-                        status="error" if outcome.is_error else "success",
-                    )
-                )
-        raise EngineError(f"no final answer after {MAX_TOOL_ROUNDS} tool rounds", engine=self.name)
+            return await once(messages, budget)
+        return await tool_loop(once, messages, tool_runner, budget_s=budget, engine=self.name)
 
     async def _once(
         self,
         messages: Sequence[BaseMessage],
+        budget: float,
+        *,
         tools: Sequence[ToolSpec],
         schema: Mapping[str, Any] | None,
-        budget: float,
     ) -> ChatResult:
         request: dict[str, Any] = {"model": self.model, "messages": to_wire(messages)}
         if tools:
@@ -207,7 +186,12 @@ class OpenAIChatEngine:
         message = completion.choices[0].message
         if message.refusal:
             raise EngineError(f"the model refused: {message.refusal}", engine=self.name)
-        content = _final_content(message.content or "")
+        raw = message.content or ""
+        if self._on_thought is not None:
+            extra = message.model_extra or {}
+            fields = [value for name in _REASONING_FIELDS if isinstance(value := extra.get(name), str)]
+            self._thought([*fields, *inline_thoughts(raw)])
+        content = final_content(raw)
         calls = tuple(self._tool_call(call) for call in message.tool_calls or ())
         parsed: Any = None
         if structured and not calls:
@@ -215,14 +199,38 @@ class OpenAIChatEngine:
                 parsed = json.loads(content)
             except json.JSONDecodeError as exc:
                 raise EngineProtocolError(f"structured output is not JSON: {exc}", engine=self.name) from exc
-        usage = completion.usage
+        usage, cost = self._usage(completion)
         return ChatResult(
             content=content,
             model=completion.model or self.model,
             tool_calls=calls,
             structured=parsed,
-            usage=Usage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens) if usage else Usage(),
+            usage=usage,
+            cost_usd=cost,
         )
+
+    def _thought(self, thoughts: list[str]) -> None:
+        if self._on_thought is None:
+            return
+        try:
+            for thought in thoughts:
+                self._on_thought(thought)
+        except Exception:  # a debugging sink must never fail a call
+            logger.warning("the thought sink failed", exc_info=True)
+
+    def _usage(self, completion: ChatCompletion) -> tuple[Usage, float | None]:
+        usage = completion.usage
+        if usage is None:
+            return Usage(), None
+        cached = getattr(usage.prompt_tokens_details, "cached_tokens", None) or 0
+        # ``completion_tokens`` already includes any reasoning tokens, which are billed as output.
+        cost = call_cost(
+            self._price,
+            input_tokens=usage.prompt_tokens,
+            output_tokens=usage.completion_tokens,
+            cached_input_tokens=cached,
+        )
+        return Usage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens), cost
 
     def _tool_call(self, call: Any) -> ToolCall:
         if getattr(call, "function", None) is None:  # a custom (free-text) tool call; we only offer functions

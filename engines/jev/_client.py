@@ -73,7 +73,7 @@ class JevEngine:
             limits=httpx2.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=30.0),
         )
         headers = {"Accept": "application/json", "User-Agent": _USER_AGENT}
-        if settings.api_key is not None:
+        if settings.api_key is not None and settings.api_key.get_secret_value():
             headers["Authorization"] = f"Bearer {settings.api_key.get_secret_value()}"
         self._headers = headers
 

@@ -40,6 +40,8 @@ class Reply:
     headers: Mapping[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     model: str = "served-model"
+    usage: CompletionUsage | None = None
+    """Token counts to report; 11 prompt and 7 completion tokens when ``None``."""
 
 
 def text(content: str, **extra: Any) -> Reply:
@@ -83,7 +85,7 @@ def _completion(reply: Reply, number: int) -> dict[str, Any]:
         created=1_700_000_000,
         model=reply.model,
         choices=[Choice(index=0, finish_reason="tool_calls" if calls else "stop", message=message)],
-        usage=CompletionUsage(prompt_tokens=11, completion_tokens=7, total_tokens=18),
+        usage=reply.usage or CompletionUsage(prompt_tokens=11, completion_tokens=7, total_tokens=18),
     )
     return completion.model_dump(mode="json", exclude_none=True)
 

@@ -1,0 +1,103 @@
+"""The app factory: ``create_app(settings)`` wires the API over a runtime, the decision log and metrics.
+
+Everything with a lifetime is opened in the app's ``lifespan`` and closed when it ends; requests
+reach it through the lifespan state, so nothing lives in module globals and several apps can run in
+one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from api._compose import build_runtime
+from api.store import DecisionStore, database_url_for
+from router import Settings, get_settings
+
+from . import _decisions, _health, _policy_check, _route, _systemone
+from ._body import RequestBodyMiddleware
+from ._errors import install_error_handlers
+from ._jev_schemas import jev_components
+from ._metrics import ApiMetrics
+from ._ratelimit import RateLimit, RateLimiter
+from ._services import Services
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("fastslow.api")
+
+POLICY_WATCH_INTERVAL_S = 1.0
+
+
+def _version() -> str:
+    try:
+        return version("fastslow")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        async with AsyncExitStack() as stack:
+            # Migrations first: a replica must not serve against a schema it does not know.
+            decisions = await DecisionStore.open(database_url_for(settings), migrate=True)
+            stack.push_async_callback(decisions.aclose)
+            # Loading the policy trains the embedded engine on its examples: blocking work, off the loop.
+            runtime = await asyncio.to_thread(build_runtime, settings)
+            stack.push_async_callback(runtime.aclose)
+            metrics = ApiMetrics()
+            stack.callback(runtime.store.add_listener(lambda _old, _new: metrics.policy_reloads.inc()))
+            limiter = RateLimiter(decisions.engine, limit)
+            await limiter.prepare()
+            await stack.enter_async_context(runtime.store.watching(interval_s=POLICY_WATCH_INTERVAL_S))
+            services = Services(
+                settings=settings, runtime=runtime, decisions=decisions, metrics=metrics, limiter=limiter
+            )
+            log.info("fastslow API ready: policy %s, engine %s", runtime.store.version, settings.engine)
+            yield {"services": services}
+
+    return lifespan
+
+
+def create_app(settings: Settings | None = None, *, rate_limit: RateLimit | None = None) -> FastAPI:
+    """Build the HTTP API; nothing is opened until the server runs the app's lifespan.
+
+    Args:
+        settings: fastslow's settings; ``get_settings()`` when omitted.
+        rate_limit: requests per key and window; from the settings when omitted.
+
+    Returns:
+        The FastAPI app, with OpenAPI at ``/openapi.json`` and its docs at ``/docs``.
+    """
+    settings = settings if settings is not None else get_settings()
+    app = FastAPI(
+        title="fastslow",
+        version=_version(),
+        summary="Typed System-1 decisions with escalation to System 2: policy checks, routing, a Jev gateway.",
+        lifespan=_lifespan(settings, rate_limit if rate_limit is not None else RateLimit.from_settings(settings)),
+    )
+    app.add_middleware(RequestBodyMiddleware, max_bytes=settings.max_body_bytes)
+    install_error_handlers(app)
+    for module in (_policy_check, _route, _systemone, _decisions, _health):
+        app.include_router(module.router)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title, version=app.version, summary=app.summary, routes=app.routes, tags=app.openapi_tags
+            )
+            # The gateway reads its own body (JSON or multipart), so FastAPI cannot see its request model.
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(jev_components())
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,81 @@
+"""``GET /v1/decisions/{id}`` and ``POST /v1/decisions/{id}/outcome``: the caller's tenant's decision log.
+
+A decision of another tenant is answered exactly like one that does not exist (404), so a key
+learns nothing about other tenants.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+from sqlalchemy.exc import SQLAlchemyError
+
+from api.store import StoredDecision
+
+from ._errors import ERROR_RESPONSES, ApiError, StoreUnavailable
+from ._schemas import OutcomeOut, OutcomeRequest, StoredDecisionOut
+from .deps import CallerDep, ServicesDep
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/decisions", tags=["decisions"])
+
+DecisionId = Annotated[str, Path(min_length=1, max_length=64, description="The decision's id.")]
+_RESPONSES = {**ERROR_RESPONSES, 404: {"model": ERROR_RESPONSES[422]["model"], "description": "No such decision."}}
+_VERDICTS = frozenset({"allow", "review", "deny"})
+
+
+def _not_found(decision_id: str) -> ApiError:
+    return ApiError(404, f"no decision {decision_id!r} for this API key's tenant")
+
+
+def _check_label(decision: StoredDecision, label: str) -> None:
+    # A label names one of the decision's options (or, for a policy check, a verdict); a decision
+    # System 1 gave no distribution for has no known options, so any label is taken.
+    options = set(decision.answers) | ({decision.outcome} if decision.outcome else set())
+    if decision.verdict is not None:
+        options |= _VERDICTS
+    if options and label not in options:
+        raise ApiError(422, f"label must be one of {', '.join(sorted(options))}", field="label")
+
+
+@router.get("/{decision_id}", response_model=StoredDecisionOut, responses=_RESPONSES)
+async def get_decision(decision_id: DecisionId, services: ServicesDep, caller: CallerDep) -> StoredDecisionOut:
+    """A decision with its calibrated answers."""
+    try:
+        decision = await services.decisions.get(decision_id, tenant=caller.tenant)
+    except (SQLAlchemyError, OSError) as exc:
+        raise StoreUnavailable() from exc
+    if decision is None:
+        raise _not_found(decision_id)
+    return StoredDecisionOut.of(decision)
+
+
+@router.post("/{decision_id}/outcome", status_code=201, response_model=OutcomeOut, responses=_RESPONSES)
+async def record_outcome(
+    decision_id: DecisionId, body: OutcomeRequest, services: ServicesDep, caller: CallerDep
+) -> OutcomeOut:
+    """Record what turned out to be right: the true label, whether System 2 was right, or both."""
+    if body.label is None and body.system2_correct is None:
+        raise ApiError(422, "give label, system2_correct, or both", field="label")
+    try:
+        decision = await services.decisions.get(decision_id, tenant=caller.tenant)
+        if decision is None:
+            raise _not_found(decision_id)
+        if body.label is not None:
+            _check_label(decision, body.label)
+        if body.system2_correct is not None and decision.system != 2:
+            raise ApiError(422, "System 2 did not answer this decision", field="system2_correct")
+        outcome = await services.decisions.record_outcome(
+            decision_id,
+            tenant=caller.tenant,
+            label=body.label,
+            system2_correct=body.system2_correct,
+            note=body.note,
+        )
+    except (SQLAlchemyError, OSError) as exc:
+        raise StoreUnavailable() from exc
+    if outcome is None:
+        raise _not_found(decision_id)
+    return OutcomeOut.of(outcome)

@@ -1,0 +1,90 @@
+"""``/healthz`` (the process is up), ``/readyz`` (store and engines reachable) and ``/metrics``.
+
+None of them needs a key: probes and Prometheus scrapers carry none, and nothing here is
+tenant data (see ``_metrics`` for what labels may hold).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from router import ConfigError, DecisionEngine, EngineError
+
+from .deps import ServicesDep
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["operations"])
+
+PROBE_TIMEOUT_S = 2.0
+
+
+class Health(BaseModel):
+    status: str = Field(description="Always ok while the process serves requests.")
+
+
+class Readiness(BaseModel):
+    status: str = Field(description="ready, or not_ready (with status 503).")
+    store: bool = Field(description="The decision log answered a query.")
+    engines: dict[str, bool] = Field(description="Each System-1 engine in use: built, and its server reachable.")
+    policy_version: str
+
+
+async def _reachable(engine: DecisionEngine) -> bool:
+    # Network engines name their server; a TCP connect is enough to tell "down" from "up" without
+    # spending a decision. In-process engines are ready once built.
+    url = getattr(engine, "url", None) or getattr(engine, "base_url", None)
+    if not isinstance(url, str):
+        return True
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return True
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        _reader, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, port), PROBE_TIMEOUT_S)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    return True
+
+
+@router.get("/healthz", response_model=Health)
+async def healthz() -> Health:
+    """The process is up."""
+    return Health(status="ok")
+
+
+@router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness, "description": "Not ready."}})
+async def readyz(services: ServicesDep) -> JSONResponse:
+    """Ready when the decision log answers and every engine the policy uses is built and reachable."""
+    runtime = services.runtime
+    policy = runtime.router.policy
+    names = {task.engine or services.settings.engine for task in policy.tasks.values()} | {services.settings.engine}
+    engines: dict[str, bool] = {}
+    for name in sorted(names):
+        try:
+            engines[name] = await _reachable(runtime.engines.engine_for(name, policy))
+        except (ConfigError, EngineError):
+            engines[name] = False
+    store = await services.decisions.ping()
+    ready = store and all(engines.values())
+    body: dict[str, Any] = Readiness(
+        status="ready" if ready else "not_ready", store=store, engines=engines, policy_version=policy.version
+    ).model_dump()
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text."}},
+)
+async def metrics(services: ServicesDep) -> Response:
+    """Prometheus metrics: decisions, escalations, engine latency and errors, policy reloads."""
+    return Response(services.metrics.render(), media_type=services.metrics.content_type)

@@ -1,0 +1,130 @@
+"""``POST /v1/policy-check`` (and its batch form): allow / review / deny for a text or a tool call.
+
+Each named policy is a check task of the policy file; its rules are answered by System 1 in one
+call, escalated or failed closed per the policy, and recorded in the caller's decision log before
+the response is sent. Across policies, deny beats review beats allow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from fastapi import APIRouter
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+
+from router import CheckResult, PolicySet, Router, ToolCall
+
+from ._errors import ERROR_RESPONSES, ApiError
+from ._schemas import (
+    Message,
+    PolicyCheckBatchRequest,
+    PolicyCheckBatchResponse,
+    PolicyCheckRequest,
+    PolicyCheckResponse,
+    RuleResult,
+)
+from ._services import Services
+from .deps import ServicesDep, TenantRouterDep
+
+__all__ = ["router", "to_messages"]
+
+router = APIRouter(prefix="/v1", tags=["policy checks"])
+
+BATCH_CONCURRENCY = 8
+_RANK = {"allow": 0, "review": 1, "deny": 2}
+_ROLES: dict[str, type[BaseMessage]] = {"user": HumanMessage, "assistant": AIMessage, "system": SystemMessage}
+
+
+def to_messages(messages: Sequence[Message]) -> list[BaseMessage]:
+    """API conversation turns as LangChain messages."""
+    return [_ROLES[m.role](content=m.content) for m in messages]
+
+
+def _policies(policy: PolicySet, names: Sequence[str], where: str) -> list[str]:
+    checks = sorted(name for name, task in policy.tasks.items() if task.kind == "check")
+    for i, name in enumerate(names):
+        task = policy.tasks.get(name)
+        if task is None or task.kind != "check":
+            what = "no check task" if task is None else f"{task.kind} task, not a check:"
+            raise ApiError(422, f"{what} {name!r}; check tasks: {', '.join(checks)}", field=f"{where}policies.{i}")
+    return list(dict.fromkeys(names))
+
+
+def _item(body: PolicyCheckRequest, where: str) -> str | ToolCall:
+    if body.text is not None and body.tool_call is None:
+        return body.text
+    if body.tool_call is not None and body.text is None:
+        return ToolCall(id="", name=body.tool_call.name, args=body.tool_call.arguments)
+    raise ApiError(422, "give exactly one of text and tool_call", field=f"{where}text")
+
+
+def _combine(results: Sequence[CheckResult]) -> CheckResult:
+    # As the router does across rules: the worst verdict, and among equals the most certain violator.
+    return max(results, key=lambda r: (_RANK[r.verdict], r.decisions[r.rule].confidence))
+
+
+def _response(results: Sequence[CheckResult]) -> PolicyCheckResponse:
+    worst = _combine(results)
+    rules = [
+        RuleResult(
+            policy=result.task,
+            rule=name,
+            verdict=decision.verdict or "deny",
+            probability=decision.confidence if decision.probabilities else None,
+            system=decision.system,
+            reason=decision.reason,
+            threshold=decision.threshold,
+            decision_id=decision.id,
+        )
+        for result in results
+        for name, decision in result.decisions.items()
+    ]
+    return PolicyCheckResponse(
+        verdict=worst.verdict,
+        policy=worst.task,
+        rule=worst.rule,
+        decision_id=worst.decisions[worst.rule].id,
+        system2=any(r.system2 for r in results),
+        policy_version=worst.policy_version,
+        rules=rules,
+    )
+
+
+async def _check(
+    tenant_router: Router, services: Services, body: PolicyCheckRequest, where: str = ""
+) -> PolicyCheckResponse:
+    names = _policies(tenant_router.policy, body.policies, where)
+    item = _item(body, where)
+    context = to_messages(body.context)
+    results = await asyncio.gather(*(tenant_router.check(name, item, context=context) for name in names))
+    for result in results:
+        services.metrics.observe_decisions(list(result.decisions.values()), engine=services.engine_of(result.task))
+    return _response(results)
+
+
+@router.post("/policy-check", response_model=PolicyCheckResponse, responses=ERROR_RESPONSES)
+async def policy_check(
+    body: PolicyCheckRequest, tenant_router: TenantRouterDep, services: ServicesDep
+) -> PolicyCheckResponse:
+    """Check one text or tool call against the named policies: allow, review or deny, with each rule's probability."""
+    return await _check(tenant_router, services, body)
+
+
+@router.post("/policy-check/batch", response_model=PolicyCheckBatchResponse, responses=ERROR_RESPONSES)
+async def policy_check_batch(
+    body: PolicyCheckBatchRequest, tenant_router: TenantRouterDep, services: ServicesDep
+) -> PolicyCheckBatchResponse:
+    """Check many items in one call; results come back in the order of ``items``."""
+    for i, item in enumerate(body.items):  # refuse a bad item before any decision is made
+        _policies(tenant_router.policy, item.policies, f"items.{i}.")
+        _item(item, f"items.{i}.")
+    # Bounded, so one batch cannot take every worker thread of the embedded engine from other callers.
+    slots = asyncio.Semaphore(BATCH_CONCURRENCY)
+
+    async def one(item: PolicyCheckRequest) -> PolicyCheckResponse:
+        async with slots:
+            return await _check(tenant_router, services, item)
+
+    results = await asyncio.gather(*(one(item) for item in body.items))
+    return PolicyCheckBatchResponse(results=list(results))

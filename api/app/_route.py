@@ -1,0 +1,29 @@
+"""``POST /v1/route``: route a message among a task's routes, with escalation, as the LangGraph node does."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from ._errors import ERROR_RESPONSES, ApiError
+from ._policy_check import to_messages
+from ._schemas import DecisionOut, RouteRequest, RouteResponse
+from .deps import ServicesDep, TenantRouterDep
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1", tags=["routing"])
+
+
+@router.post("/route", response_model=RouteResponse, responses=ERROR_RESPONSES)
+async def route(body: RouteRequest, tenant_router: TenantRouterDep, services: ServicesDep) -> RouteResponse:
+    """Pick a route for the latest user turn; a null route means nobody settled it (hand it to a frontier agent)."""
+    tasks = tenant_router.policy.tasks
+    task = tasks.get(body.task)
+    if task is None or task.kind != "route":
+        names = ", ".join(sorted(n for n, t in tasks.items() if t.kind == "route"))
+        raise ApiError(422, f"no route task {body.task!r}; route tasks: {names}", field="task")
+    if not any(m.role == "user" for m in body.messages):
+        raise ApiError(422, "the conversation needs at least one user turn to route", field="messages")
+    decision = await tenant_router.route(body.task, to_messages(body.messages), previous=body.previous)
+    services.metrics.observe_decisions([decision], engine=services.engine_of(body.task))
+    return RouteResponse(route=decision.outcome, system2=decision.system == 2, decision=DecisionOut.of(decision))

@@ -1,0 +1,83 @@
+"""What one running app holds: the wired runtime, the decision log, metrics and the rate limiter.
+
+Built by the app's lifespan and handed to requests through the lifespan state (``request.state``),
+never through module globals, so several apps can live in one process (as they do in the tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+
+from api._compose import Runtime
+from api.store import DecisionStore
+from router import Decision, DecisionSink, Router, Settings, State
+
+from ._errors import StoreUnavailable
+from ._metrics import ApiMetrics
+from ._ratelimit import RateLimiter
+
+__all__ = ["Services"]
+
+
+class _CommittedSink:
+    """A tenant's sink whose failures become ``StoreUnavailable`` (503), so nothing unrecorded is acknowledged.
+
+    The router records before it returns, and the store commits before ``record`` returns: when
+    the handler gets a result back, every decision in it is durable.
+    """
+
+    def __init__(self, inner: DecisionSink) -> None:
+        self._inner = inner
+
+    async def record(self, decision: Decision, *, state: State) -> None:
+        try:
+            await self._inner.record(decision, state=state)
+        except (SQLAlchemyError, OSError) as exc:
+            raise StoreUnavailable() from exc
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Services:
+    """Everything a request handler may use."""
+
+    settings: Settings
+    runtime: Runtime
+    decisions: DecisionStore
+    metrics: ApiMetrics
+    limiter: RateLimiter
+
+    def router_for(self, tenant: str) -> Router:
+        """The router recording into ``tenant``'s decision log; state is kept where the task's policy says."""
+        router = self.runtime.router
+
+        def keeps_state(task: str) -> bool:
+            found = router.policy.tasks.get(task)
+            return bool(found is not None and found.store_state)
+
+        return router.with_sink(_CommittedSink(self.decisions.sink(tenant, store_state=keeps_state)))
+
+    async def key_revoked(self, key: str) -> bool:
+        """Whether ``key`` is one of ours that was revoked (``authenticate`` answers ``None`` for both)."""
+        # The store's public API cannot tell a revoked key from an unknown one yet; this reads the
+        # same row ``authenticate`` reads, by the key's hash, and nothing else.
+        from api.store._codec import KEY_PREFIX, hash_key
+        from api.store._models import ApiKeyRow
+
+        if not key.startswith(KEY_PREFIX) or len(key) > 200:
+            return False
+        try:
+            async with self.decisions.engine.connect() as connection:
+                revoked_at = await connection.scalar(
+                    select(ApiKeyRow.revoked_at).where(ApiKeyRow.key_hash == hash_key(key))
+                )
+        except (SQLAlchemyError, OSError) as exc:
+            raise StoreUnavailable() from exc
+        return revoked_at is not None
+
+    def engine_of(self, task: str) -> str:
+        """The System-1 engine ``task`` runs on (labels the metrics of calls that failed unnamed)."""
+        found = self.runtime.router.policy.tasks.get(task)
+        return (found.engine if found is not None else None) or self.settings.engine

@@ -1,0 +1,13 @@
+"""The decision log: decisions, their answers and outcomes, and API keys, on SQLite or PostgreSQL.
+
+    store = await DecisionStore.open(database_url_for(settings))   # runs migrations first
+    router = router.with_sink(store.sink(tenant, store_state=keeps_state))
+
+See ``docs/store.md`` for the tables, the durability promise and how keys are kept.
+"""
+
+from ._engine import database_url_for, upgrade
+from ._store import DecisionStore
+from ._values import ApiKey, StoredDecision, StoredOutcome
+
+__all__ = ["ApiKey", "DecisionStore", "StoredDecision", "StoredOutcome", "database_url_for", "upgrade"]

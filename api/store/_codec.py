@@ -1,0 +1,160 @@
+"""Turning decisions, states and keys into rows, and rows back into values."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, cast
+
+from router import Decision, Reason, State, System, Verdict, strip_thoughts
+
+from ._models import ApiKeyRow, DecisionRow, OutcomeRow
+from ._values import ApiKey, StoredDecision, StoredOutcome
+
+__all__ = [
+    "KEY_PREFIX",
+    "api_key",
+    "answer_rows",
+    "canonical_state",
+    "clean",
+    "decision_row",
+    "hash_key",
+    "new_key",
+    "stored_decision",
+    "stored_outcome",
+]
+
+KEY_PREFIX = "fs_"
+_KEY_BYTES = 32
+"""256 random bits: ``fs_`` plus 43 URL-safe characters."""
+_DISPLAY_CHARS = len(KEY_PREFIX) + 8
+
+
+def clean(text: str) -> str:
+    """Text both databases accept: PostgreSQL refuses NUL, and neither driver encodes lone surrogates."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def canonical_state(state: State) -> tuple[str, str]:
+    """The state's canonical JSON (sorted keys, no spaces) and the sha256 hex of its UTF-8 bytes.
+
+    The same state always hashes the same, so the log can say "these decisions were about the same
+    state" without keeping it. ``default=str`` because a state that reached the log was already
+    validated as JSON; recording must not fail after the decision was made.
+    """
+    text = json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return text, digest
+
+
+def decision_row(
+    decision: Decision, *, tenant: str, digest: str, state_text: str | None, created_at: datetime
+) -> dict[str, Any]:
+    """The ``decisions`` row of one decision. Thoughts never reach it: ``detail`` is stripped of them."""
+    row: dict[str, Any] = {
+        "id": decision.id,
+        "tenant": tenant,
+        "task": decision.task,
+        "question": decision.question,
+        "outcome": decision.outcome,
+        "system": int(decision.system),
+        "reason": decision.reason,
+        "escalate": bool(decision.escalate),
+        "confidence": float(decision.confidence),
+        "threshold": float(decision.threshold),
+        "verdict": decision.verdict,
+        "policy_version": decision.policy_version,
+        "engine": decision.engine,
+        "model": decision.model,
+        "latency_ms": float(decision.latency_ms),
+        "cost_usd": None if decision.cost_usd is None else float(decision.cost_usd),
+        # Defence in depth: engines already keep thoughts out of ``detail``, but System 2's text
+        # may carry a thought block, and the log must never hold one.
+        "detail": strip_thoughts(decision.detail),
+        "state_digest": digest,
+        "state_text": state_text,
+        "created_at": created_at,
+    }
+    return {k: clean(v) if isinstance(v, str) else v for k, v in row.items()}
+
+
+def answer_rows(decision: Decision) -> list[dict[str, Any]]:
+    """The ``answers`` rows of one decision: its calibrated distribution, one row per option."""
+    return [
+        {"decision_id": decision.id, "option": clean(option), "probability": float(p)}
+        for option, p in decision.probabilities.items()
+    ]
+
+
+def stored_decision(row: DecisionRow, answers: Mapping[str, float]) -> StoredDecision:
+    distribution = dict(answers)
+    return StoredDecision(
+        id=row.id,
+        tenant=row.tenant,
+        task=row.task,
+        question=row.question,
+        outcome=row.outcome,
+        system=cast(System, row.system),
+        reason=cast(Reason, row.reason),
+        escalate=row.escalate,
+        confidence=row.confidence,
+        threshold=row.threshold,
+        probabilities=distribution,
+        verdict=cast(Verdict | None, row.verdict),
+        policy_version=row.policy_version,
+        engine=row.engine,
+        model=row.model,
+        latency_ms=row.latency_ms,
+        detail=row.detail,
+        cost_usd=row.cost_usd,
+        created_at=row.created_at,
+        state_digest=row.state_digest,
+        state_text=row.state_text,
+        answers=distribution,
+    )
+
+
+def stored_outcome(row: OutcomeRow) -> StoredOutcome:
+    return StoredOutcome(
+        id=row.id,
+        decision_id=row.decision_id,
+        label=row.label,
+        system2_correct=row.system2_correct,
+        note=row.note,
+        created_at=row.created_at,
+    )
+
+
+def api_key(row: ApiKeyRow) -> ApiKey:
+    return ApiKey(
+        id=row.id,
+        tenant=row.tenant,
+        name=row.name,
+        prefix=row.prefix,
+        created_at=row.created_at,
+        revoked_at=row.revoked_at,
+    )
+
+
+def new_key() -> tuple[str, str, str]:
+    """A fresh API key: the plaintext (shown once), its display prefix and its hash (what is kept)."""
+    key = KEY_PREFIX + secrets.token_urlsafe(_KEY_BYTES)
+    return key, key[:_DISPLAY_CHARS], hash_key(key)
+
+
+def hash_key(key: str) -> str:
+    """sha256 hex of a key.
+
+    A fast hash is right here, unlike for passwords: the keys are 256 random bits, so there is no
+    dictionary to try and a slow hash (bcrypt, argon2) would only cost every request time.
+    """
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()

@@ -1,0 +1,132 @@
+"""The decision log's tables as SQLAlchemy 2.0 typed models.
+
+These models describe the schema the migrations in ``migrations/versions`` build; a test compares
+the two, so a change here without a migration fails. Thoughts have no column anywhere: the
+``Decision`` type carries none, and ``detail`` is passed through ``strip_thoughts`` before it is
+stored.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    Dialect,
+    Double,
+    ForeignKey,
+    Index,
+    MetaData,
+    SmallInteger,
+    String,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = ["AnswerRow", "ApiKeyRow", "Base", "DecisionRow", "OutcomeRow", "UTCDateTime"]
+
+# Named constraints, so that later migrations can alter them by name on every backend.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """An aware UTC ``datetime`` on every backend.
+
+    PostgreSQL keeps ``timestamptz``; SQLite keeps text without an offset, so values are stored as
+    UTC and read back with ``tzinfo=UTC`` attached.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("timestamps must be timezone-aware")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:  # noqa: ARG002
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class DecisionRow(Base):
+    """One decision, as the router made it, for one tenant."""
+
+    __tablename__ = "decisions"
+    __table_args__ = (Index("ix_decisions_tenant_task", "tenant", "task"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String, index=True)
+    task: Mapped[str] = mapped_column(String)
+    question: Mapped[str] = mapped_column(String)
+    outcome: Mapped[str | None] = mapped_column(String)
+    system: Mapped[int] = mapped_column(SmallInteger)
+    reason: Mapped[str] = mapped_column(String(40))
+    escalate: Mapped[bool] = mapped_column(Boolean)
+    confidence: Mapped[float] = mapped_column(Double)
+    threshold: Mapped[float] = mapped_column(Double)
+    verdict: Mapped[str | None] = mapped_column(String(10))
+    policy_version: Mapped[str] = mapped_column(String)
+    engine: Mapped[str] = mapped_column(String)
+    model: Mapped[str] = mapped_column(String)
+    latency_ms: Mapped[float] = mapped_column(Double)
+    cost_usd: Mapped[float | None] = mapped_column(Double)
+    detail: Mapped[str] = mapped_column(Text)
+    state_digest: Mapped[str] = mapped_column(String(64))
+    """sha256 hex of the canonical JSON of the state."""
+    state_text: Mapped[str | None] = mapped_column(Text)
+    """The canonical JSON of the state, only when the task's policy says to keep it."""
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+class AnswerRow(Base):
+    """One option's calibrated probability in a decision's distribution."""
+
+    __tablename__ = "answers"
+
+    decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"), primary_key=True)
+    option: Mapped[str] = mapped_column(String, primary_key=True)
+    probability: Mapped[float] = mapped_column(Double)
+
+
+class OutcomeRow(Base):
+    """What turned out to be right for a decision (a label, or whether System 2 was right)."""
+
+    __tablename__ = "outcomes"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"), index=True)
+    label: Mapped[str | None] = mapped_column(String)
+    system2_correct: Mapped[bool | None] = mapped_column(Boolean)
+    note: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+class ApiKeyRow(Base):
+    """An API key: only its sha256 and a short display prefix are kept, never the key."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String, index=True)
+    name: Mapped[str | None] = mapped_column(String)
+    prefix: Mapped[str] = mapped_column(String(20))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

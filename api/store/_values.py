@@ -1,0 +1,98 @@
+"""What the decision log hands back: frozen values, detached from any database session."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from router import Decision, Reason, System, Verdict
+
+__all__ = ["ApiKey", "StoredDecision", "StoredOutcome"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredDecision:
+    """A decision as the log keeps it: every ``Decision`` field, plus who it was for and when."""
+
+    id: str
+    tenant: str
+    task: str
+    question: str
+    outcome: str | None
+    system: System
+    reason: Reason
+    escalate: bool
+    confidence: float
+    threshold: float
+    probabilities: Mapping[str, float] = field(default_factory=dict)
+    """The calibrated distribution, read back from the ``answers`` table (the same as ``answers``)."""
+    verdict: Verdict | None
+    policy_version: str
+    engine: str
+    model: str
+    latency_ms: float
+    detail: str
+    """The decision's detail with any model thoughts stripped."""
+    cost_usd: float | None
+    created_at: datetime
+    """When it was recorded (UTC)."""
+    state_digest: str
+    """sha256 hex of the canonical JSON of the state (sorted keys, no spaces, UTF-8)."""
+    state_text: str | None
+    """That canonical JSON, only when the task's policy keeps state; ``None`` otherwise."""
+    answers: dict[str, float] = field(default_factory=dict)
+    """The calibrated distribution System 1 gave, option -> probability; empty when it gave none."""
+
+    def to_decision(self) -> Decision:
+        """The router's ``Decision`` this was recorded from (thoughts, if any, stay stripped)."""
+        return Decision(
+            id=self.id,
+            task=self.task,
+            question=self.question,
+            outcome=self.outcome,
+            system=self.system,
+            reason=self.reason,
+            escalate=self.escalate,
+            confidence=self.confidence,
+            threshold=self.threshold,
+            probabilities=dict(self.answers),
+            verdict=self.verdict,
+            policy_version=self.policy_version,
+            engine=self.engine,
+            model=self.model,
+            latency_ms=self.latency_ms,
+            detail=self.detail,
+            cost_usd=self.cost_usd,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredOutcome:
+    """What turned out to be right for one decision; a decision may collect several over time."""
+
+    id: str
+    decision_id: str
+    label: str | None
+    """The correct option, when someone knows it."""
+    system2_correct: bool | None
+    """Whether System 2's answer was right, when the decision was escalated and someone checked."""
+    note: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiKey:
+    """An API key's record; the key itself is shown once, when it is created, and never kept."""
+
+    id: str
+    tenant: str
+    name: str | None
+    prefix: str
+    """The key's first characters (``fs_`` and 8 more), enough to tell keys apart, not to use one."""
+    created_at: datetime
+    revoked_at: datetime | None
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None

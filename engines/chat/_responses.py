@@ -1,0 +1,239 @@
+"""``OpenAIResponsesEngine``: System 2 over OpenAI's Responses API, through the official SDK.
+
+Only ``message`` items (their ``output_text``) and ``function_call`` items are read. Reasoning items
+never reach the content: their summaries go to the opt-in thought sink at most, their
+``encrypted_content`` is never touched, and none is sent back, not even within the tool loop, where
+the model reasons afresh each turn (a few tokens more, no thought ever re-enters a prompt). Requests
+go with ``store=False``: fastslow keeps its own history and never asks OpenAI to retain a response.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import httpx2
+import openai
+from langchain_core.messages import BaseMessage
+from openai.types.responses import Response
+
+from router import (
+    ChatResult,
+    ConfigError,
+    EngineError,
+    EngineProtocolError,
+    System2Settings,
+    ToolCall,
+    ToolRunner,
+    ToolSpec,
+    Usage,
+)
+
+from .._openai_errors import openai_errors, request_timeout
+from ._cost import call_cost
+from ._loop import tool_loop
+from ._openai import client_args
+from ._ref import ModelRef
+from ._responses_input import function_tools, to_input
+from ._thoughts import final_content, inline_thoughts
+
+__all__ = ["OpenAIResponsesEngine"]
+
+logger = logging.getLogger(__name__)
+
+
+def _thought_texts(item: Any) -> list[str]:
+    """A reasoning item's readable text (summaries and, when returned, its reasoning text)."""
+    parts = [*(getattr(item, "summary", None) or ()), *(getattr(item, "content", None) or ())]
+    return [text for part in parts if isinstance(text := getattr(part, "text", None), str)]
+
+
+class OpenAIResponsesEngine:
+    """A ``ChatEngine`` over ``client.responses.create``, for ``openai:`` model references.
+
+    Args:
+        settings: key and base URL (``openai_api_key``/``openai_base_url``, falling back to
+            ``OPENAI_API_KEY``/``OPENAI_BASE_URL``), time budget, retries and prices.
+        ref: the model, as a reference or its string; ``settings.default`` when ``None``.
+        http_client: an ``httpx2.AsyncClient`` to send requests through. The caller keeps
+            ownership: ``aclose`` leaves it open.
+        on_thought: debugging only: called with the text of each thought (reasoning summaries
+            and inline thought markup; never encrypted content), as ``ThoughtSink.for_model``
+            gives it. It must not raise; if it does, the error is logged and the call goes on.
+
+    Raises:
+        ConfigError: the reference is malformed or not an ``openai:`` one.
+    """
+
+    ref: ModelRef
+    name: str = "openai-responses"
+    model: str
+    base_url: str
+    """The server's root, read by the router's egress check for ``local_only`` tasks."""
+
+    def __init__(
+        self,
+        settings: System2Settings,
+        ref: ModelRef | str | None = None,
+        *,
+        http_client: httpx2.AsyncClient | None = None,
+        on_thought: Callable[[str], None] | None = None,
+    ) -> None:
+        self.ref = ref if isinstance(ref, ModelRef) else ModelRef.parse(ref or settings.default)
+        if self.ref.provider != "openai":
+            raise ConfigError(f"{self.ref}: the Responses API serves openai: references only", key="system2")
+        self.model = self.ref.model
+        self._timeout_s = settings.timeout_s
+        self._price = settings.prices.get(str(self.ref))
+        self._on_thought = on_thought
+        self._owns_http = http_client is None
+        self._client = openai.AsyncOpenAI(
+            **client_args(self.ref, settings),
+            http_client=http_client,
+            max_retries=settings.max_retries,  # the one retry loop is the SDK's
+            timeout=settings.timeout_s,
+        )
+        self.base_url = str(self._client.base_url)
+
+    async def complete(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        schema: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+        tool_runner: ToolRunner | None = None,
+    ) -> ChatResult:
+        """Answer ``messages``; with ``schema``, ask for strict JSON output and parse it into ``structured``.
+
+        With ``tool_runner``, function calls are run through it and their outputs sent back until
+        the model answers without tools (at most ``MAX_TOOL_ROUNDS`` turns), within the one budget;
+        ``usage`` and ``cost_usd`` then cover every turn.
+
+        ``timeout_s`` (the settings' ``timeout_s`` when ``None``) bounds the whole call, the SDK's
+        retries included; each request's SDK timeout is what is left of it.
+
+        Raises:
+            EngineTimeout: the budget ran out.
+            EngineUnavailable: the server could not be reached.
+            EngineHTTPError: the server answered with an error status (after the SDK's retries).
+            EngineProtocolError: tool arguments or structured output are not the JSON asked for.
+            EngineError: the model refused, failed or stopped before finishing.
+        """
+        budget = timeout_s if timeout_s is not None else self._timeout_s
+        once = partial(self._once, tools=tools, schema=schema)
+        if tool_runner is None:
+            return await once(messages, budget)
+        return await tool_loop(once, messages, tool_runner, budget_s=budget, engine=self.name)
+
+    async def _once(
+        self,
+        messages: Sequence[BaseMessage],
+        budget: float,
+        *,
+        tools: Sequence[ToolSpec],
+        schema: Mapping[str, Any] | None,
+    ) -> ChatResult:
+        instructions, items = to_input(messages)
+        request: dict[str, Any] = {"model": self.model, "input": items, "store": False}
+        if instructions is not None:
+            request["instructions"] = instructions
+        if tools:
+            request["tools"] = function_tools(tools)
+        if schema is not None:
+            request["text"] = {
+                "format": {"type": "json_schema", "name": "answer", "schema": dict(schema), "strict": True}
+            }
+        async with openai_errors(self.name, budget) as deadline:
+            response = await self._client.responses.create(**request, timeout=request_timeout(deadline, self.name))
+        try:
+            return self._result(response, structured=schema is not None)
+        except (AttributeError, TypeError, KeyError, IndexError) as exc:
+            # The SDK builds replies without validating them; a malformed body surfaces here.
+            raise EngineProtocolError(f"cannot read the response: {exc!r}", engine=self.name) from exc
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections, unless the HTTP client was passed in."""
+        if self._owns_http:
+            await self._client.close()
+
+    def _result(self, response: Response, *, structured: bool) -> ChatResult:
+        if response.error is not None:
+            raise EngineError(f"the model failed: {response.error.code}: {response.error.message}", engine=self.name)
+        texts: list[str] = []
+        refusals: list[str] = []
+        calls: list[ToolCall] = []
+        thoughts: list[str] = []
+        for item in response.output:
+            kind = getattr(item, "type", None)
+            if kind == "message":
+                for part in getattr(item, "content", None) or ():
+                    if getattr(part, "type", None) == "output_text":
+                        texts.append(part.text)
+                    elif getattr(part, "type", None) == "refusal":
+                        refusals.append(part.refusal)
+            elif kind == "function_call":
+                calls.append(self._tool_call(item))
+            elif kind == "reasoning":
+                thoughts.extend(_thought_texts(item))
+            # Anything else (hosted tool calls fastslow never offers) carries no final content.
+        raw = "".join(texts)
+        self._thought([*thoughts, *inline_thoughts(raw)])
+        if refusals and not texts and not calls:
+            raise EngineError(f"the model refused: {' '.join(refusals)}", engine=self.name)
+        if response.status == "incomplete" and not calls:
+            reason = getattr(response.incomplete_details, "reason", None) or "unknown reason"
+            raise EngineError(f"the model stopped before finishing ({reason})", engine=self.name)
+        content = final_content(raw)
+        parsed: Any = None
+        if structured and not calls:
+            try:
+                parsed = json.loads(content)
+            except json.JSONDecodeError as exc:
+                raise EngineProtocolError(f"structured output is not JSON: {exc}", engine=self.name) from exc
+        usage, cost = self._usage(response)
+        return ChatResult(
+            content=content,
+            model=response.model or self.model,
+            tool_calls=tuple(calls),
+            structured=parsed,
+            usage=usage,
+            cost_usd=cost,
+        )
+
+    def _thought(self, thoughts: list[str]) -> None:
+        if self._on_thought is None:
+            return
+        try:
+            for thought in thoughts:
+                self._on_thought(thought)
+        except Exception:  # a debugging sink must never fail a call
+            logger.warning("the thought sink failed", exc_info=True)
+
+    def _usage(self, response: Response) -> tuple[Usage, float | None]:
+        usage = response.usage
+        if usage is None:
+            return Usage(), None
+        cached = getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", None) or 0
+        # ``output_tokens`` already includes the reasoning tokens, which are billed as output.
+        cost = call_cost(
+            self._price,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cached_input_tokens=cached,
+        )
+        return Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens), cost
+
+    def _tool_call(self, item: Any) -> ToolCall:
+        try:
+            args = json.loads(item.arguments or "{}")
+        except json.JSONDecodeError as exc:
+            raise EngineProtocolError(
+                f"arguments of tool call {item.name!r} are not JSON: {exc}", engine=self.name
+            ) from exc
+        if not isinstance(args, dict):
+            raise EngineProtocolError(f"arguments of tool call {item.name!r} are not an object", engine=self.name)
+        return ToolCall(id=item.call_id, name=item.name, args=args)

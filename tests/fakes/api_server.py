@@ -1,0 +1,197 @@
+"""The real API on a loopback port (uvicorn in a thread), clients that keep every response body, and keys.
+
+``running_api(settings)`` starts ``create_app(settings)`` under uvicorn on 127.0.0.1 with a free
+port, exactly as ``fastslow serve`` runs it (lifespan, migrations, policy watching), and stops it on
+exit. Clients made by ``api_client`` / ``sdk_http_client`` add every response they see to
+``SEEN_RESPONSES``, the list the canary scan reads: nothing a test saw over HTTP escapes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import uvicorn
+import yaml
+
+from api.app import RateLimit, create_app
+from api.store import DecisionStore, database_url_for
+from router import Settings
+
+__all__ = [
+    "REPO",
+    "SEEN_RESPONSES",
+    "RunningApi",
+    "SeenResponse",
+    "api_client",
+    "create_key",
+    "new_key",
+    "running_api",
+    "sdk_http_client",
+    "test_policy",
+    "test_settings",
+]
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_POLICY = REPO / "examples" / "policy.yaml"
+STARTUP_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class SeenResponse:
+    """One HTTP response a test received."""
+
+    method: str
+    url: str
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class ResponseLog:
+    """Every response body the API tests saw, in order (thread-safe)."""
+
+    responses: list[SeenResponse] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, response: httpx2.Response) -> None:
+        seen = SeenResponse(
+            method=response.request.method,
+            url=str(response.request.url),
+            status=response.status_code,
+            headers=dict(response.headers),
+            body=response.content,
+        )
+        with self._lock:
+            self.responses.append(seen)
+
+    def bodies(self) -> list[bytes]:
+        with self._lock:
+            return [r.body for r in self.responses]
+
+
+SEEN_RESPONSES = ResponseLog()
+"""Process-wide: the canary scan checks each of these bodies (and headers) for leaked secrets and thoughts."""
+
+
+async def _keep(response: httpx2.Response) -> None:
+    await response.aread()
+    SEEN_RESPONSES.add(response)
+
+
+def api_client(base_url: str, key: str | None = None, **kw: Any) -> httpx2.AsyncClient:
+    """An async client for the API that records every response in ``SEEN_RESPONSES``."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    headers.update(kw.pop("headers", {}))
+    return httpx2.AsyncClient(
+        base_url=base_url, headers=headers, timeout=kw.pop("timeout", 60.0), event_hooks={"response": [_keep]}, **kw
+    )
+
+
+def sdk_http_client(**kw: Any) -> httpx2.AsyncClient:
+    """An ``httpx2`` client to hand the typesafe SDK (``http_client=``), recording responses the same way."""
+    return httpx2.AsyncClient(timeout=kw.pop("timeout", 60.0), event_hooks={"response": [_keep]}, **kw)
+
+
+TEST_ENGINE_TIMEOUT_S = 30.0
+"""System 1's budget in test policies: the shipped 2 s is for a production box, not a shared CI runner."""
+
+
+def test_policy(directory: Path, *, split_checks: bool = True) -> Path:
+    """The shipped policy, with System 1's time budget raised for test machines.
+
+    With ``split_checks``, also one check task per ``tool_safety`` rule, each rule copied verbatim:
+    with the shipped examples the embedded engine is never sure either way about
+    ``data_exfiltration`` (its head calibrates to ~0.5), so ``tool_safety`` as a whole never
+    allows; checking ``destructive_action`` alone shows all three verdicts on realistic calls.
+    """
+    doc = yaml.safe_load(EXAMPLE_POLICY.read_text(encoding="utf-8"))
+    doc["defaults"].setdefault("engine_options", {})["timeout_s"] = TEST_ENGINE_TIMEOUT_S
+    if split_checks:
+        safety = doc["tasks"]["tool_safety"]
+        for rule, body in safety["rules"].items():
+            doc["tasks"][rule] = {**safety, "rules": {rule: body}}
+    path = directory / "policy.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return path
+
+
+test_policy.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
+def test_settings(tmp_path: Path, **updates: Any) -> Settings:
+    """Settings for one test server: data under ``tmp_path``, ``test_policy`` unless told otherwise."""
+    base: dict[str, Any] = {"data_dir": tmp_path / "data"}
+    if "policy_file" not in updates:
+        base["policy_file"] = test_policy(tmp_path)
+    base.update(updates)
+    return Settings(**base)
+
+
+test_settings.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
+async def new_key(settings: Settings, tenant: str) -> str:
+    """A new API key for ``tenant`` in the settings' decision log (migrating it first)."""
+    store = await DecisionStore.open(database_url_for(settings))
+    try:
+        key, _record = await store.create_key(tenant)
+    finally:
+        await store.aclose()
+    return key
+
+
+def create_key(settings: Settings, tenant: str) -> str:
+    """``new_key`` for synchronous fixtures."""
+    return asyncio.run(new_key(settings, tenant))
+
+
+@dataclass(frozen=True, slots=True)
+class RunningApi:
+    """A started API server."""
+
+    url: str
+    settings: Settings
+    server: uvicorn.Server
+
+    async def key(self, tenant: str) -> str:
+        """A new API key for ``tenant``."""
+        return await new_key(self.settings, tenant)
+
+
+@contextmanager
+def running_api(settings: Settings, *, rate_limit: RateLimit | None = None) -> Iterator[RunningApi]:
+    """``create_app(settings)`` served by uvicorn on a free loopback port until the block ends."""
+    app = create_app(settings, rate_limit=rate_limit)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    # ws="none": no websocket library is imported (their deprecation warnings are errors here).
+    config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False, ws="none")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="api-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            thread.join(timeout=10)
+            sock.close()
+            raise RuntimeError("the API server did not start; see the log above")
+        time.sleep(0.02)
+    try:
+        yield RunningApi(url=f"http://127.0.0.1:{port}", settings=settings, server=server)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
