@@ -55,6 +55,6 @@ def build_runtime(settings: Settings) -> Runtime:
     # for (or times out on) training.
     engines.warm(store.current)
     store.add_listener(lambda _old, new: engines.warm(new))
-    chats = Frontier(settings.system2)
+    chats = Frontier(settings.system2, openai_api=settings.system2.openai_api)
     router = Router(lambda: store.current, engines, chats)
     return Runtime(settings=settings, store=store, engines=engines, chats=chats, router=router)

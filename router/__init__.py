@@ -4,7 +4,7 @@
 """
 
 from ._answers import Answer, EngineReply, NoAnswer, Signals, Usage, normalise_distribution
-from ._chat import ChatEngine, ChatResult, ToolCall, ToolOutcome, ToolRunner, ToolSpec, ToolStep
+from ._chat import THOUGHT_TASK, ChatEngine, ChatResult, ToolCall, ToolOutcome, ToolRunner, ToolSpec, ToolStep
 from ._decisions import (
     Calibration,
     CheckAction,
@@ -82,6 +82,7 @@ from ._turns import split_turns
 from ._wire import SystemOneRequest, parse_systemone_request, render_systemone_reply
 
 __all__ = [
+    "THOUGHT_TASK",
     "Answer",
     "AskFn",
     "CONTROL_STRINGS",

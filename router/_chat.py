@@ -7,6 +7,7 @@ reasoning items, thought channels) stays inside the engine and never reaches a `
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -14,7 +15,12 @@ from langchain_core.messages import BaseMessage
 
 from ._answers import Usage
 
-__all__ = ["ChatEngine", "ChatResult", "ToolCall", "ToolOutcome", "ToolRunner", "ToolSpec", "ToolStep"]
+__all__ = ["THOUGHT_TASK", "ChatEngine", "ChatResult", "ToolCall", "ToolOutcome", "ToolRunner", "ToolSpec", "ToolStep"]
+
+
+THOUGHT_TASK: ContextVar[str | None] = ContextVar("fastslow_thought_task", default=None)
+"""The task whose System-2 call is running, set only when that task opted in to keeping thoughts
+(``debug_thoughts``); engines hand thoughts to the debug sink only while it is set."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

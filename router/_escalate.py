@@ -81,6 +81,9 @@ async def ask_system2(
     option = structured.get("answer") if isinstance(structured, dict) else None
     if option not in question.options:
         return System2Answer(
-            option=None, model=result.model, detail=f"System 2 answered outside the options: {option!r}"
+            option=None,
+            model=result.model,
+            detail=f"System 2 answered outside the options: {option!r}",
+            cost_usd=result.cost_usd,
         )
     return System2Answer(option=option, model=result.model, cost_usd=result.cost_usd)

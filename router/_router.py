@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 from langchain_core.messages import BaseMessage
 
 from ._answers import Answer, NoAnswer
-from ._chat import ChatEngine, ToolCall
+from ._chat import THOUGHT_TASK, ChatEngine, ToolCall
 from ._decisions import (
     Decision,
     EngineFailure,
@@ -137,7 +137,11 @@ class Router:
         chat, why_not = self._chat(task, policy)
         if chat is None:
             return replace(decision, detail="; ".join(x for x in (decision.detail, why_not) if x))
-        answer = await ask_system2(chat, question, state, context=context, timeout_s=task.read.timeout_s)
+        token = THOUGHT_TASK.set(task.name if task.debug_thoughts else None)
+        try:
+            answer = await ask_system2(chat, question, state, context=context, timeout_s=task.read.timeout_s)
+        finally:
+            THOUGHT_TASK.reset(token)
         if answer.option is None:
             return replace(decision, detail="; ".join(x for x in (decision.detail, answer.detail) if x))
         return escalated_by_system2(

@@ -107,6 +107,9 @@ class System2Settings(BaseModel):
     local_api_key: SecretStr | None = None
     timeout_s: float = 60.0
     max_retries: int = 2
+    openai_api: Literal["auto", "responses", "chat"] = "auto"
+    """The API ``openai:`` references speak: ``auto`` is Responses on OpenAI itself and Chat
+    Completions on any other base URL (vLLM and other OpenAI-compatible servers)."""
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     """Model reference (``openai:gpt-5.5``) -> price; calls to unpriced models record no cost."""
     thought_sink: Path | None = None

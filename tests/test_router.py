@@ -282,3 +282,21 @@ async def test_unknown_task_or_wrong_kind_is_a_config_error() -> None:
         await router.route("nope", [HumanMessage("x")])
     with pytest.raises(ConfigError, match="is a check task"):
         await router.route("tools", [HumanMessage("x")])
+
+
+async def test_only_tasks_that_opt_in_mark_their_system_2_call_for_the_thought_sink() -> None:
+    from router import THOUGHT_TASK
+
+    seen: list[str | None] = []
+
+    def respond(messages: Any, schema: Any) -> ChatResult:
+        seen.append(THOUGHT_TASK.get())
+        return _answer_with("billing")
+
+    unsure = _route({"billing": 0.4, "technical": 0.35, "other": 0.25})
+    router, _ = _router(unsure, ScriptedChat(respond=respond))
+    await router.route("support", [HumanMessage("hmm")])
+    router, _ = _router(unsure, ScriptedChat(respond=respond), _policy(debug_thoughts=True))
+    await router.route("support", [HumanMessage("hmm")])
+    assert seen == [None, "support"]
+    assert THOUGHT_TASK.get() is None

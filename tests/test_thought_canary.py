@@ -26,7 +26,7 @@ from engines import EnginePool
 from engines.chat import Frontier, keep_thoughts
 from graphs import run_graph
 from policies import parse_policy
-from router import JevSettings, Router, Settings, System2Settings
+from router import JevSettings, ModelPrice, Router, Settings, System2Settings
 from tests.fakes.anthropic_server import ScriptedServer as AnthropicServer
 from tests.fakes.anthropic_server import anthropic_server
 from tests.fakes.canary import (
@@ -65,6 +65,7 @@ tasks:
         allow_at: 0.3
 """
 
+CLAUDE = "anthropic:claude-sonnet-4-6"
 PROVIDERS = ["openai-responses", "openai-chat", "openai-env", "anthropic"]
 """The System-2 provider the graphs' agents and the router's escalations use (the local draft
 worker always speaks Chat Completions)."""
@@ -106,6 +107,7 @@ async def _world(
             "local_base_url": urls["chat"],
             "max_retries": 0,
             "thought_sink": tmp_path / "thoughts.jsonl",
+            "prices": {ref: ModelPrice(input=1.0, output=4.0) for ref in ("openai:gpt-5.5", CLAUDE)},
         }
         if provider == "openai-responses":
             settings = System2Settings(openai_base_url=urls["responses"], openai_api_key=key, **common)
@@ -118,7 +120,7 @@ async def _world(
             frontier = Frontier(System2Settings(**common))
         else:
             monkeypatch.setenv("ANTHROPIC_BASE_URL", urls["anthropic"])
-            frontier = Frontier(System2Settings(default="anthropic:claude-sonnet-4-6", **common))
+            frontier = Frontier(System2Settings(default=CLAUDE, **common))
         stack.push_async_callback(frontier.aclose)
         pool = EnginePool(Settings(engine="jev", jev=JevSettings(base_url=servers.jev.url, max_retries=0)))
         stack.push_async_callback(pool.aclose)
@@ -174,6 +176,7 @@ async def test_no_thought_survives_full_graph_runs(
     support, follow_up, tools, draft = outs
     # The runs did what they should: escalations, a tool loop through the gate, a rejected draft.
     assert support["decision"]["system"] == 2 and support["route"] == "billing"
+    assert support["decision"]["cost_usd"] > 0 and support["steps"][0]["cost_usd"] > 0  # priced from usage
     last = support["messages"][-1]
     assert (last["type"], last["content"], last["name"]) == ("ai", "Here is what I found.", "billing")
     assert [m["type"] for m in follow_up["messages"]] == ["human", "ai", "human", "ai"]

@@ -56,6 +56,11 @@ def _decompress(data: bytes, limit: int) -> bytes:
 
 
 async def _drain(receive: Receive, budget: int) -> None:
+    """Read and drop the rest of a refused body, up to ``budget`` bytes.
+
+    Closing a connection with unread data makes the kernel reset it, and the client may then never
+    read its 413; past the budget, that is the price a client sending that much pays.
+    """
     while budget > 0:
         message = await receive()
         if message["type"] != "http.request" or not message.get("more_body", False):
@@ -84,9 +89,6 @@ class RequestBodyMiddleware:
         except _Refused as exc:
             response = error_response(exc.status, exc.message, field=exc.field)
             if exc.status == 413:
-                # Read (and drop) what the client is still sending, up to a bound: closing on unread
-                # data makes the kernel reset the connection, and the client may never see the 413.
-                await _drain(receive, DRAIN_BYTES)
                 response.headers["Connection"] = "close"
             await response(scope, receive, send)
             return
@@ -110,6 +112,7 @@ class RequestBodyMiddleware:
             )
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await _drain(receive, DRAIN_BYTES)
             raise _too_large(self.max_bytes)
         chunks: list[bytes] = []
         size = 0
@@ -120,6 +123,8 @@ class RequestBodyMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
+                if message.get("more_body", False):
+                    await _drain(receive, DRAIN_BYTES)
                 raise _too_large(self.max_bytes)
             chunks.append(chunk)
             if not message.get("more_body", False):

@@ -18,12 +18,11 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
-from router import System2Settings, TaskCommon, strip_thoughts
+from router import THOUGHT_TASK, System2Settings, TaskCommon, strip_thoughts
 
 __all__ = ["ThoughtSink", "final_content", "inline_thoughts", "keep_thoughts"]
 
@@ -31,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 # The task whose System-2 calls may keep their thoughts; ``None`` (the default) keeps nothing.
 # A context variable, so that concurrent tasks in one process never see each other's opt-in.
-_TASK: ContextVar[str | None] = ContextVar("fastslow_thought_task", default=None)
+_TASK = THOUGHT_TASK  # set by the router around a task's System-2 call when the task opted in
 
 # A chat template that opens the thought inside the prompt (Qwen3, DeepSeek-R1 without a reasoning
 # parser) makes the server return only the closing marker: everything before it is thought.

@@ -64,13 +64,13 @@ class ResponseLog:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, response: httpx2.Response) -> None:
-        seen = SeenResponse(
-            method=response.request.method,
-            url=str(response.request.url),
-            status=response.status_code,
-            headers=dict(response.headers),
-            body=response.content,
-        )
+        """Keep an ``httpx2`` response (read it first)."""
+        request = response.request
+        self.add_raw(request.method, str(request.url), response.status_code, dict(response.headers), response.content)
+
+    def add_raw(self, method: str, url: str, status: int, headers: dict[str, str], body: bytes) -> None:
+        """Keep a response another client (schemathesis' ``requests``) received."""
+        seen = SeenResponse(method=method, url=url, status=status, headers=headers, body=body)
         with self._lock:
             self.responses.append(seen)
 
@@ -120,6 +120,7 @@ def test_policy(directory: Path, *, split_checks: bool = True) -> Path:
         safety = doc["tasks"]["tool_safety"]
         for rule, body in safety["rules"].items():
             doc["tasks"][rule] = {**safety, "rules": {rule: body}}
+    directory.mkdir(parents=True, exist_ok=True)
     path = directory / "policy.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return path

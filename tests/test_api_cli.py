@@ -1,0 +1,65 @@
+"""`fastslow keys create`, `fastslow db upgrade` and `fastslow serve`'s start-up errors."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from api.cli import app
+from api.store import DecisionStore, database_url_for
+from router import Settings
+
+runner = CliRunner()
+
+
+def _tables(path: Path) -> set[str]:
+    with sqlite3.connect(path) as db:
+        return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def test_db_upgrade_migrates_and_is_idempotent(tmp_path: Path) -> None:
+    for _ in range(2):
+        result = runner.invoke(app, ["db", "upgrade"])
+        assert result.exit_code == 0, result.output
+    assert "is up to date" in result.stderr
+    assert {"decisions", "answers", "outcomes", "api_keys"} <= _tables(tmp_path / "data" / "fastslow.sqlite3")
+
+
+def test_keys_create_prints_the_key_once_and_it_authenticates(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["keys", "create", "--tenant", "acme", "--name", "billing-bot"])
+    assert result.exit_code == 0, result.output
+    key = result.stdout.strip()
+    assert key.startswith("fs_") and "\n" not in key
+    assert "acme" in result.stderr and key not in result.stderr
+
+    async def who() -> str | None:
+        async with await DecisionStore.open(database_url_for(Settings()), migrate=False) as store:
+            record = await store.authenticate(key)
+        return None if record is None else record.tenant
+
+    assert asyncio.run(who()) == "acme"
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["keys", "create", "--tenant", " "], {}, "--tenant: must not be empty"),
+        (["db", "upgrade"], {"FASTSLOW_DATABASE_URL": "mysql://db/fastslow"}, "unsupported database 'mysql'"),
+        (["serve", "--port", "0"], {"FASTSLOW_POLICY_FILE": "/no/such/policy.yaml"}, "/no/such/policy.yaml"),
+    ],
+)
+def test_mistakes_are_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str], expected: str
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert expected in lines[0]
+    assert "Traceback" not in result.output

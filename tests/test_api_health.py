@@ -1,0 +1,91 @@
+"""Probes, Prometheus metrics and the OpenAPI document."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+from tests.fakes.api_server import api_client, new_key, running_api, test_settings
+
+DROP = {"policies": ["tool_safety"], "tool_call": {"name": "sql", "arguments": {"query": "DROP TABLE customers;"}}}
+
+
+def _sample(metrics: str, name: str, **labels: str) -> float:
+    """The value of one sample in Prometheus text (0 when absent)."""
+    for line in metrics.splitlines():
+        if not line.startswith(name) or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        found = dict(re.findall(r'(\w+)="([^"]*)"', head))
+        if head.split("{")[0] == name and found == labels:
+            return float(value)
+    return 0.0
+
+
+async def test_probes_need_no_key_and_report_each_dependency(tmp_path: Path) -> None:
+    with running_api(test_settings(tmp_path)) as api:
+        async with api_client(api.url) as client:
+            health = await client.get("/healthz")
+            ready = await client.get("/readyz")
+    assert health.status_code == 200 and health.json() == {"status": "ok"}
+    assert ready.status_code == 200
+    assert ready.json()["status"] == "ready" and ready.json()["store"] is True
+    assert ready.json()["engines"] == {"embedded": True}
+
+
+async def test_metrics_count_decisions_escalations_latency_and_reloads(tmp_path: Path) -> None:
+    settings = test_settings(tmp_path)
+    policy = settings.policy_file
+    assert policy is not None
+    with running_api(settings) as api, running_api(test_settings(tmp_path / "other")) as other:
+        key = await new_key(settings, "acme")
+        async with api_client(api.url, key) as client:
+            assert (await client.post("/v1/policy-check", json=DROP)).status_code == 200
+            open_ended = {"role": "user", "content": "Draft a migration plan for moving our team to the new dashboard"}
+            await client.post("/v1/route", json={"task": "support", "messages": [open_ended]})
+            before = (await client.get("/readyz")).json()["policy_version"]
+            policy.write_text(policy.read_text(encoding="utf-8") + "\n# reviewed\n", encoding="utf-8")
+            for _ in range(100):  # the app watches its policy file once a second
+                metrics = (await client.get("/metrics")).text
+                if _sample(metrics, "fastslow_policy_reloads_total"):
+                    break
+                await asyncio.sleep(0.1)
+            after = (await client.get("/readyz")).json()["policy_version"]
+        async with api_client(other.url) as client:
+            elsewhere = (await client.get("/metrics")).text
+    assert _sample(metrics, "fastslow_decisions_total", task="tool_safety", system="1", verdict="deny") == 1
+    assert _sample(metrics, "fastslow_decisions_total", task="tool_safety", system="1", verdict="review") == 1
+    assert _sample(metrics, "fastslow_escalations_total", task="support", result="unresolved") == 1
+    assert _sample(metrics, "fastslow_engine_latency_seconds_count", engine="embedded") == 2
+    assert _sample(metrics, "fastslow_policy_reloads_total") == 1
+    assert after != before
+    # Each app has its own registry: nothing leaks between apps in one process.
+    assert _sample(elsewhere, "fastslow_decisions_total", task="tool_safety", system="1", verdict="deny") == 0
+
+
+async def test_the_openapi_document_and_docs_are_served(tmp_path: Path) -> None:
+    with running_api(test_settings(tmp_path)) as api:
+        async with api_client(api.url) as client:
+            schema = (await client.get("/openapi.json")).json()
+            docs = await client.get("/docs")
+    assert {
+        "/v1/policy-check",
+        "/v1/policy-check/batch",
+        "/v1/route",
+        "/v1/systemone",
+        "/v1/decisions/{decision_id}",
+        "/v1/decisions/{decision_id}/outcome",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+    } <= set(schema["paths"])
+    assert schema["components"]["securitySchemes"]["ApiKey"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": schema["components"]["securitySchemes"]["ApiKey"]["description"],
+    }
+    assert "SystemOneRequest" in schema["components"]["schemas"]
+    body = schema["paths"]["/v1/systemone"]["post"]["requestBody"]["content"]
+    assert set(body) == {"application/json", "multipart/form-data"}
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
