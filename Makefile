@@ -17,9 +17,12 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
+# An example graph, then an API key for tenant "demo" (printed once), then the API on
+# http://127.0.0.1:8000 (docs at /docs) with the embedded engine and SQLite; Ctrl-C stops it.
 run: install
-	$(BIN)/fastslow decide examples/support_request.json --examples examples/support_examples.yaml --pretty
 	$(BIN)/fastslow graph run support-triage --input "I was charged twice for my subscription this month" --pretty
+	$(BIN)/fastslow keys create --tenant demo
+	$(BIN)/fastslow serve
 
 test: install
 	$(BIN)/python -m pytest

@@ -6,7 +6,8 @@
 
 The gate (``router.policy_gate_node``) answers denied calls with a refusal ``ToolMessage``, so no
 call is left orphaned and the agent can explain or choose another action. Needs the policy task
-``tool_safety`` (kind ``check``), whose rules judge a ``{"tool", "arguments"}`` item.
+``tool_safety`` (kind ``check``), whose rules judge each call rendered as one line,
+``name: key=value, ...`` (see ``docs/policies.md``).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ number of replicas can run side by side.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
@@ -272,10 +273,35 @@ class Router:
 
 
 def _check_state(item: str | ToolCall | Mapping[str, Any], context: Sequence[BaseMessage], task: CheckTask) -> State:
+    """The System-1 state for a check: the item, plus the last few turns when there is context.
+
+    A tool call (a ``ToolCall``, or a mapping of just ``tool``/``name`` and ``arguments``/``args``)
+    becomes one compact line, the form policy examples are written in: ``shell: rm -rf /srv/data``
+    when it has one string argument, else ``send_email: to=a@example.com, subject="weekly report"``.
+    Live calls then look like the examples the embedded engine was trained on.
+    """
+
+    def line(name: str, args: Mapping[str, Any]) -> str:
+        if len(args) == 1 and isinstance(value := next(iter(args.values())), str):
+            return f"{name}: {value}"
+
+        def show(v: Any) -> str:
+            plain = isinstance(v, str) and v and not any(c in v for c in ' ,="\n')
+            return v if plain else json.dumps(v, ensure_ascii=False, default=str)
+
+        return (f"{name}: " + ", ".join(f"{k}={show(v)}" for k, v in args.items())) if args else name
+
+    body: State
     if isinstance(item, ToolCall):
-        body: State = {"tool": item.name, "arguments": dict(item.args)}
+        body = line(item.name, item.args)
     elif isinstance(item, Mapping):
-        body = dict(item)
+        name = item.get("tool", item.get("name"))
+        args = item.get("arguments", item.get("args", {}))
+        tool_shaped = len(item) <= 2 and set(item) <= {"tool", "name", "arguments", "args"}
+        if tool_shaped and isinstance(name, str) and isinstance(args, Mapping):
+            body = line(name, args)
+        else:
+            body = dict(item)
     else:
         body = item
     if task.kind == "check" and context:

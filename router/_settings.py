@@ -142,6 +142,8 @@ class Settings(BaseSettings):
     """SQLAlchemy URL of the decision log; a SQLite file under ``data_dir`` when unset."""
     max_body_bytes: int = 1_048_576
     """Largest HTTP request body the API accepts."""
+    rate_limit_per_minute: int = 600
+    """Requests per API key per minute (counted in the database, shared by replicas); 0: no limit."""
 
     @classmethod
     def settings_customise_sources(

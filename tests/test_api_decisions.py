@@ -26,7 +26,9 @@ def keys(api: RunningApi) -> dict[str, str]:
 
 async def _route(api: RunningApi, key: str, text: str) -> dict[str, Any]:
     async with api_client(api.url, key) as client:
-        response = await client.post("/v1/route", json={"task": "support", "messages": [{"role": "user", "content": text}]})
+        response = await client.post(
+            "/v1/route", json={"task": "support", "messages": [{"role": "user", "content": text}]}
+        )
     assert response.status_code == 200, response.text
     decision: dict[str, Any] = response.json()["decision"]
     return decision
@@ -41,13 +43,19 @@ async def test_an_outcome_is_recorded_for_calibration(api: RunningApi, keys: dic
     assert response.status_code == 201, response.text
     outcome = response.json()
     assert outcome["decision_id"] == decision["id"]
-    assert (outcome["label"], outcome["system2_correct"], outcome["note"]) == ("billing", None, "confirmed by the agent")
+    assert (outcome["label"], outcome["system2_correct"], outcome["note"]) == (
+        "billing",
+        None,
+        "confirmed by the agent",
+    )
     async with await DecisionStore.open(database_url_for(api.settings), migrate=False) as store:
         pairs = await store.outcomes(tenant="acme")
     assert [(d.id, o.id) for d, o in pairs if d.id == decision["id"]] == [(decision["id"], outcome["id"])]
 
 
-async def test_a_check_decision_takes_a_verdict_or_an_option_as_its_label(api: RunningApi, keys: dict[str, str]) -> None:
+async def test_a_check_decision_takes_a_verdict_or_an_option_as_its_label(
+    api: RunningApi, keys: dict[str, str]
+) -> None:
     async with api_client(api.url, keys["acme"]) as client:
         check = (await client.post("/v1/policy-check", json={"policies": ["tool_safety"], "tool_call": DROP})).json()
         as_verdict = await client.post(f"/v1/decisions/{check['decision_id']}/outcome", json={"label": "allow"})

@@ -50,15 +50,16 @@ async def test_a_tool_call_is_allowed_reviewed_or_denied(api: RunningApi, key: s
     assert rule["decision_id"] == result["decision_id"]
 
 
-async def test_the_shipped_tool_safety_policy_denies_destruction_and_never_allows_blindly(
+async def test_the_shipped_tool_safety_policy_denies_destruction_and_allows_a_harmless_call(
     api: RunningApi, key: str
 ) -> None:
-    deny = await _check(api, key, policies=["tool_safety"], text="sql: DELETE FROM orders WHERE 1=1")
+    deny = await _check(api, key, policies=["tool_safety"], text="run_sql: DELETE FROM orders WHERE 1=1")
     assert deny["verdict"] == "deny" and deny["rule"] == "destructive_action"
-    # System 1 is unsure about exfiltration on an innocent call, so a person reviews it.
-    review = await _check(api, key, policies=["tool_safety"], tool_call=ALLOW)
-    assert review["verdict"] == "review" and review["rule"] == "data_exfiltration"
-    assert {r["rule"] for r in review["rules"]} == {"destructive_action", "data_exfiltration"}
+    # Both rules must pass for an allow.
+    allow = await _check(api, key, policies=["tool_safety"], tool_call=ALLOW)
+    assert allow["verdict"] == "allow", allow["rules"]
+    assert {r["rule"] for r in allow["rules"]} == {"destructive_action", "data_exfiltration"}
+    assert all(r["verdict"] == "allow" for r in allow["rules"])
 
 
 async def test_every_rule_of_every_policy_is_reported_and_the_worst_verdict_wins(api: RunningApi, key: str) -> None:
@@ -98,7 +99,7 @@ async def test_the_batch_form_checks_each_item_in_order(api: RunningApi, key: st
     async with api_client(api.url, key) as client:
         response = await client.post("/v1/policy-check/batch", json={"items": items})
     assert response.status_code == 200, response.text
-    assert [r["verdict"] for r in response.json()["results"]] == ["deny", "allow", "review", "review"]
+    assert [r["verdict"] for r in response.json()["results"]] == ["deny", "allow", "review", "allow"]
 
 
 @pytest.mark.parametrize(

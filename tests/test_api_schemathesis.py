@@ -6,12 +6,14 @@ loopback port; a few dozen examples per operation keep it quick.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
 from schemathesis.checks import (
     content_type_conformance,
     not_a_server_error,
@@ -21,7 +23,7 @@ from schemathesis.checks import (
 )
 
 from api.app import RateLimit
-from tests.fakes.api_server import SEEN_RESPONSES, RunningApi, create_key, running_api, test_settings
+from tests.fakes.api_server import SEEN_RESPONSES, RunningApi, api_client, create_key, running_api, test_settings
 
 CHECKS = [
     not_a_server_error,
@@ -47,15 +49,40 @@ def key(api: RunningApi) -> str:
     return create_key(api.settings, "fuzz")
 
 
-def _fuzz(operation: Any, api: RunningApi, key: str) -> None:
+def _realistic(case: Any, decision_ids: list[str]) -> None:
+    """Point some generated requests at things that exist, so the success paths are fuzzed too.
+
+    Random policy and task names are all 422s; the rest of each generated body (texts, tool calls,
+    conversations, labels) stays as generated. Half the decision ids stay random (404s).
+    """
+    body = case.body
+    if isinstance(body, dict):
+        items = body.get("items") if isinstance(body.get("items"), list) else [body]
+        for item in items:
+            if isinstance(item, dict) and isinstance(item.get("policies"), list):
+                item["policies"] = ["tool_safety"]
+                # The schema cannot say "exactly one of text and tool_call"; keep one.
+                if item.get("tool_call") is not None:
+                    item.pop("text", None)
+                elif item.get("text") is None:
+                    item["text"] = "git: status"
+        if isinstance(body.get("task"), str):
+            body["task"] = "support"
+    params = case.path_parameters or {}
+    if isinstance(params.get("decision_id"), str) and len(params["decision_id"]) % 2 == 0:
+        params["decision_id"] = decision_ids[len(params["decision_id"]) % len(decision_ids)]
+
+
+def _fuzz(operation: Any, api: RunningApi, key: str, decision_ids: list[str], mode: GenerationMode) -> None:
     @settings(
         max_examples=EXAMPLES_PER_OPERATION,
         deadline=None,
         database=None,  # no .hypothesis/ folder in the checkout
         suppress_health_check=list(HealthCheck),
     )
-    @given(case=operation.as_strategy())
+    @given(case=operation.as_strategy(generation_mode=mode))
     def run(case: Any) -> None:
+        _realistic(case, decision_ids)
         response = case.call(base_url=api.url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
         headers = {name: ", ".join(values) for name, values in response.headers.items()}
         SEEN_RESPONSES.add_raw(case.method, str(response.request.url), response.status_code, headers, response.content)
@@ -64,11 +91,26 @@ def _fuzz(operation: Any, api: RunningApi, key: str) -> None:
     run()
 
 
+async def _decisions(api: RunningApi, key: str) -> list[str]:
+    """Decisions of the key's tenant: a route (System 1), and the rules of a policy check."""
+    async with api_client(api.url, key) as client:
+        route = await client.post(
+            "/v1/route", json={"task": "support", "messages": [{"role": "user", "content": "refund please"}]}
+        )
+        check = await client.post("/v1/policy-check", json={"policies": ["tool_safety"], "text": "git: status"})
+    return [route.json()["decision"]["id"], *(r["decision_id"] for r in check.json()["rules"])]
+
+
 @pytest.mark.slow
 def test_the_api_keeps_its_openapi_contract(api: RunningApi, key: str) -> None:
     # One test walking the operations: schemathesis' pytest fixture loader does not work with pytest 9.
     schema = schemathesis.openapi.from_url(f"{api.url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 9
+    decision_ids = asyncio.run(_decisions(api, key))
     for operation in operations:
-        _fuzz(operation, api, key)
+        _fuzz(operation, api, key, decision_ids, GenerationMode.POSITIVE)
+    # Invalid requests too, where there is input to get wrong (a body or a path parameter).
+    for operation in operations:
+        if operation.method.upper() == "POST" or "{" in operation.path:
+            _fuzz(operation, api, key, decision_ids, GenerationMode.NEGATIVE)

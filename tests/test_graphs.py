@@ -86,7 +86,7 @@ def _system1(state: State, name: str, question: Question) -> Any:
             else dict.fromkeys(question.options, 0.25)
         )
     if name == "tool_safety.destructive":
-        p = 0.97 if '"tool": "delete_file"' in seen else 0.02
+        p = 0.97 if "delete_file:" in seen else 0.02  # the router renders a call as "name: args"
         return {"yes": p, "no": 1 - p}
     raise AssertionError(f"unexpected question {name}")
 

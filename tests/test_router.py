@@ -223,7 +223,7 @@ async def test_policy_check_verdicts(destructive: float, exfiltration: float, ve
     router, engine = _router(_rules(destructive, exfiltration))
     result = await router.check("tools", ToolCall(id="c1", name="rm", args={"path": "/data"}))
     assert (result.verdict, result.rule, result.system2) == (verdict, rule, False)
-    assert engine.calls[0][0] == {"tool": "rm", "arguments": {"path": "/data"}}
+    assert engine.calls[0][0] == "rm: /data"  # a tool call reaches System 1 as one compact line
     assert result.policy_version == "sha256:test"
 
 

@@ -56,7 +56,6 @@ def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
             metrics = ApiMetrics()
             stack.callback(runtime.store.add_listener(lambda _old, _new: metrics.policy_reloads.inc()))
             limiter = RateLimiter(decisions.engine, limit)
-            await limiter.prepare()
             await stack.enter_async_context(runtime.store.watching(interval_s=POLICY_WATCH_INTERVAL_S))
             services = Services(
                 settings=settings, runtime=runtime, decisions=decisions, metrics=metrics, limiter=limiter

@@ -13,7 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from api.store import StoredDecision
 
-from ._errors import ERROR_RESPONSES, ApiError, StoreUnavailable
+from ._errors import ERROR_RESPONSES, ApiError, ErrorBody, StoreUnavailable
 from ._schemas import OutcomeOut, OutcomeRequest, StoredDecisionOut
 from .deps import CallerDep, ServicesDep
 
@@ -22,7 +22,7 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1/decisions", tags=["decisions"])
 
 DecisionId = Annotated[str, Path(min_length=1, max_length=64, description="The decision's id.")]
-_RESPONSES = {**ERROR_RESPONSES, 404: {"model": ERROR_RESPONSES[422]["model"], "description": "No such decision."}}
+_RESPONSES = {**ERROR_RESPONSES, 404: {"model": ErrorBody, "description": "No decision with this id for this key."}}
 _VERDICTS = frozenset({"allow", "review", "deny"})
 
 

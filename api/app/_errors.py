@@ -147,6 +147,10 @@ async def _on_validation(_request: Request, exc: Exception) -> JSONResponse:
 async def _on_http(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     message = exc.detail if isinstance(exc.detail, str) else "request failed"
+    if exc.status_code == 400:
+        # FastAPI's "error parsing the body" (bytes that are not text, say): bad input, reported as
+        # every other bad body is.
+        return error_response(422, f"the body could not be read: {message}", field="body")
     return error_response(exc.status_code, message, headers=exc.headers)
 
 

@@ -7,6 +7,7 @@ tenant data (see ``_metrics`` for what labels may hold).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -51,6 +52,8 @@ async def _reachable(engine: DecisionEngine) -> bool:
     except (OSError, TimeoutError):
         return False
     writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
     return True
 
 

@@ -18,11 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, delete
+from sqlalchemy import Table, delete
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from api.store import RateWindowRow
 from router import Settings
 
 from ._errors import StoreUnavailable
@@ -31,14 +32,7 @@ __all__ = ["RateLimit", "RateLimiter"]
 
 DEFAULT_REQUESTS_PER_MINUTE = 600
 
-_metadata = MetaData()
-WINDOWS = Table(
-    "fastslow_rate_windows",
-    _metadata,
-    Column("key_id", String(64), primary_key=True),
-    Column("window_start", BigInteger, primary_key=True),
-    Column("hits", Integer, nullable=False),
-)
+WINDOWS: Table = RateWindowRow.__table__  # type: ignore[assignment]  # created by the store's migrations
 
 # Both dialects spell "insert, or add one to the existing row" the same way, from different modules.
 _UPSERTS: dict[str, Callable[[Table], Any]] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
@@ -58,10 +52,8 @@ class RateLimit:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RateLimit:
-        """The limit ``settings`` asks for (``rate_limit_per_minute``), else the default."""
-        # ``Settings`` lives in the kernel; until it carries the field, the default applies.
-        requests = getattr(settings, "rate_limit_per_minute", DEFAULT_REQUESTS_PER_MINUTE)
-        return cls(requests=int(requests), window_s=60)
+        """The limit ``settings`` asks for (``rate_limit_per_minute``)."""
+        return cls(requests=settings.rate_limit_per_minute, window_s=60)
 
 
 class RateLimiter:
@@ -76,18 +68,6 @@ class RateLimiter:
         self._engine = engine
         self.limit = limit
         self._upsert = _UPSERTS[engine.dialect.name]
-
-    async def prepare(self) -> None:
-        """Create the counter table when missing (idempotent; safe from several replicas)."""
-        if self.limit.requests == 0:
-            return
-        try:
-            async with self._engine.begin() as connection:
-                await connection.run_sync(_metadata.create_all, checkfirst=True)
-        except SQLAlchemyError:
-            # Another replica created it between our check and our CREATE: fine if it is there now.
-            async with self._engine.begin() as connection:
-                await connection.run_sync(_metadata.create_all, checkfirst=True)
 
     async def hit(self, key_id: str, *, now: float | None = None) -> float | None:
         """Count one request; the seconds to wait when it is over the limit, else ``None``.

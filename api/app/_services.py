@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from api._compose import Runtime
@@ -60,22 +59,12 @@ class Services:
         return router.with_sink(_CommittedSink(self.decisions.sink(tenant, store_state=keeps_state)))
 
     async def key_revoked(self, key: str) -> bool:
-        """Whether ``key`` is one of ours that was revoked (``authenticate`` answers ``None`` for both)."""
-        # The store's public API cannot tell a revoked key from an unknown one yet; this reads the
-        # same row ``authenticate`` reads, by the key's hash, and nothing else.
-        from api.store._codec import KEY_PREFIX, hash_key
-        from api.store._models import ApiKeyRow
-
-        if not key.startswith(KEY_PREFIX) or len(key) > 200:
-            return False
+        """Whether ``key`` is one of ours that was revoked (so the answer is 403, not 401)."""
         try:
-            async with self.decisions.engine.connect() as connection:
-                revoked_at = await connection.scalar(
-                    select(ApiKeyRow.revoked_at).where(ApiKeyRow.key_hash == hash_key(key))
-                )
+            record = await self.decisions.authenticate(key, include_revoked=True)
         except (SQLAlchemyError, OSError) as exc:
             raise StoreUnavailable() from exc
-        return revoked_at is not None
+        return record is not None and record.revoked
 
     def engine_of(self, task: str) -> str:
         """The System-1 engine ``task`` runs on (labels the metrics of calls that failed unnamed)."""

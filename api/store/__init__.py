@@ -7,7 +7,16 @@ See ``docs/store.md`` for the tables, the durability promise and how keys are ke
 """
 
 from ._engine import database_url_for, upgrade
+from ._models import RateWindowRow
 from ._store import DecisionStore
 from ._values import ApiKey, StoredDecision, StoredOutcome
 
-__all__ = ["ApiKey", "DecisionStore", "StoredDecision", "StoredOutcome", "database_url_for", "upgrade"]
+__all__ = [
+    "ApiKey",
+    "DecisionStore",
+    "RateWindowRow",
+    "StoredDecision",
+    "StoredOutcome",
+    "database_url_for",
+    "upgrade",
+]

@@ -11,12 +11,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     DateTime,
     Dialect,
     Double,
     ForeignKey,
     Index,
+    Integer,
     MetaData,
     SmallInteger,
     String,
@@ -25,7 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["AnswerRow", "ApiKeyRow", "Base", "DecisionRow", "OutcomeRow", "UTCDateTime"]
+__all__ = ["AnswerRow", "ApiKeyRow", "Base", "DecisionRow", "OutcomeRow", "RateWindowRow", "UTCDateTime"]
 
 # Named constraints, so that later migrations can alter them by name on every backend.
 NAMING_CONVENTION = {
@@ -130,3 +132,16 @@ class ApiKeyRow(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class RateWindowRow(Base):
+    """Requests one API key made in one fixed window: the API's rate-limit counters.
+
+    A cache of counters, not records: a key's older windows are deleted when it opens a new one.
+    """
+
+    __tablename__ = "fastslow_rate_windows"
+
+    key_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    window_start: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    hits: Mapped[int] = mapped_column(Integer, nullable=False)

@@ -250,8 +250,9 @@ class DecisionStore:
             session.add(row)
         return key, api_key(row)
 
-    async def authenticate(self, key: str) -> ApiKey | None:
-        """The record of a live key, or ``None`` for an unknown or revoked one."""
+    async def authenticate(self, key: str, *, include_revoked: bool = False) -> ApiKey | None:
+        """The record of a live key, or ``None`` for an unknown one (and a revoked one, unless
+        ``include_revoked``: the API answers 403 rather than 401 for a key that was revoked)."""
         if not isinstance(key, str) or not key.startswith(KEY_PREFIX) or len(key) > 200:
             return None  # not shaped like one of our keys; the shape is public, no timing to hide
         digest = hash_key(key)
@@ -260,7 +261,9 @@ class DecisionStore:
         # comparison is constant-time all the same.
         async with self._sessions() as session:
             row = await session.scalar(select(ApiKeyRow).where(ApiKeyRow.key_hash == digest))
-        if row is None or not hmac.compare_digest(row.key_hash, digest) or row.revoked_at is not None:
+        if row is None or not hmac.compare_digest(row.key_hash, digest):
+            return None
+        if row.revoked_at is not None and not include_revoked:
             return None
         return api_key(row)
 

@@ -109,10 +109,8 @@ TEST_ENGINE_TIMEOUT_S = 30.0
 def test_policy(directory: Path, *, split_checks: bool = True) -> Path:
     """The shipped policy, with System 1's time budget raised for test machines.
 
-    With ``split_checks``, also one check task per ``tool_safety`` rule, each rule copied verbatim:
-    with the shipped examples the embedded engine is never sure either way about
-    ``data_exfiltration`` (its head calibrates to ~0.5), so ``tool_safety`` as a whole never
-    allows; checking ``destructive_action`` alone shows all three verdicts on realistic calls.
+    With ``split_checks``, also one check task per ``tool_safety`` rule, each rule copied verbatim,
+    so a test can drive one rule through all three verdicts without the other rule's band in the way.
     """
     doc = yaml.safe_load(EXAMPLE_POLICY.read_text(encoding="utf-8"))
     doc["defaults"].setdefault("engine_options", {})["timeout_s"] = TEST_ENGINE_TIMEOUT_S

@@ -1,0 +1,43 @@
+"""Escalation over HTTP: System 2 (a fake OpenAI-compatible server on loopback) settles what System 1 could not.
+
+The response says System 2 was consulted, the log keeps it as a System-2 decision, "System 2 was
+right" can be recorded for it, and the model's thoughts appear in no response body.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from router import System2Settings
+from tests.fakes.api_server import SEEN_RESPONSES, api_client, new_key, running_api, test_settings
+from tests.fakes.openai_server import openai_server, structured
+
+AMBIGUOUS = "My invoice page crashes when I log in"  # billing, technical or account: System 1 is unsure
+THOUGHT = "CANARY-THOUGHT-7f3a: the customer sounds vague"
+
+
+async def test_an_unsure_route_is_settled_by_system_2_and_can_be_judged(tmp_path: Path) -> None:
+    with openai_server(respond=lambda _body: structured({"answer": "technical"}, reasoning=THOUGHT)) as (url, server):
+        system2 = System2Settings(openai_api_key=SecretStr("sk-test"), openai_base_url=url)
+        settings = test_settings(tmp_path, system2=system2)
+        with running_api(settings) as api:
+            key = await new_key(settings, "acme")
+            async with api_client(api.url, key) as client:
+                seen_before = len(SEEN_RESPONSES.responses)
+                routed = await client.post(
+                    "/v1/route", json={"task": "support", "messages": [{"role": "user", "content": AMBIGUOUS}]}
+                )
+                decision = routed.json()["decision"]
+                stored = await client.get(f"/v1/decisions/{decision['id']}")
+                judged = await client.post(f"/v1/decisions/{decision['id']}/outcome", json={"system2_correct": True})
+                metrics = await client.get("/metrics")
+    assert routed.status_code == 200, routed.text
+    assert routed.json()["system2"] is True and routed.json()["route"] == "technical"
+    assert decision["system"] == 2 and decision["reason"] in ("low_confidence", "small_margin")
+    assert server.requests, "System 2 was never asked"
+    assert stored.json()["system"] == 2 and stored.json()["outcome"] == "technical"
+    assert judged.status_code == 201 and judged.json()["system2_correct"] is True
+    assert 'fastslow_escalations_total{result="system2",task="support"} 1.0' in metrics.text
+    assert not any(b"CANARY-THOUGHT" in r.body for r in SEEN_RESPONSES.responses[seen_before:])
