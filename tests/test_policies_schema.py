@@ -109,7 +109,8 @@ def test_example_check_task() -> None:
     assert set(task.rules) == {"destructive_action", "data_exfiltration"}
     for rule in task.rules.values():
         assert isinstance(rule.question, Noul)
-        assert {k: len(v) for k, v in rule.examples.items()} == {"yes": 8, "no": 8}
+        assert set(rule.examples) == {"yes", "no"}
+        assert all(len(texts) >= 15 for texts in rule.examples.values())
     assert task.rules["destructive_action"].action == CheckAction(deny_at=0.7, allow_at=0.2, violation="yes")
 
 
