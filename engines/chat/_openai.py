@@ -16,7 +16,6 @@ from functools import partial
 from typing import Any
 
 import httpx2
-import openai
 from langchain_core.messages import BaseMessage
 from openai.types.chat import ChatCompletion
 
@@ -36,6 +35,7 @@ from .._openai_errors import api_key_or_deferred_error, openai_errors, request_t
 from ._cost import call_cost
 from ._loop import tool_loop
 from ._messages import function_tools, to_wire
+from ._openai_client import OpenAISdkEngine
 from ._ref import ModelRef
 from ._thoughts import final_content, inline_thoughts
 
@@ -68,7 +68,7 @@ def client_args(ref: ModelRef, settings: System2Settings) -> dict[str, Any]:
     raise ConfigError(f"{ref} is not served over Chat Completions; use an openai: or local: reference", key="system2")
 
 
-class OpenAIChatEngine:
+class OpenAIChatEngine(OpenAISdkEngine):
     """A ``ChatEngine`` over Chat Completions, for ``openai:`` and ``local:`` model references.
 
     Args:
@@ -87,12 +87,8 @@ class OpenAIChatEngine:
             no ``local_base_url``.
     """
 
-    ref: ModelRef
     name: str
     """``openai-chat`` or ``local-chat``."""
-    model: str
-    base_url: str
-    """The server's root, read by the router's egress check for ``local_only`` tasks."""
 
     def __init__(
         self,
@@ -102,20 +98,11 @@ class OpenAIChatEngine:
         http_client: httpx2.AsyncClient | None = None,
         on_thought: Callable[[str], None] | None = None,
     ) -> None:
-        self.ref = ref if isinstance(ref, ModelRef) else ModelRef.parse(ref or settings.default)
-        self.name = f"{self.ref.provider}-chat"
-        self.model = self.ref.model
-        self._timeout_s = settings.timeout_s
-        self._price = settings.prices.get(str(self.ref))
-        self._on_thought = on_thought
-        self._owns_http = http_client is None
-        self._client = openai.AsyncOpenAI(
-            **client_args(self.ref, settings),
-            http_client=http_client,
-            max_retries=settings.max_retries,  # the one retry loop is the SDK's
-            timeout=settings.timeout_s,
+        parsed = ref if isinstance(ref, ModelRef) else ModelRef.parse(ref or settings.default)
+        super().__init__(
+            settings, parsed, client_args(parsed, settings), http_client=http_client, on_thought=on_thought
         )
-        self.base_url = str(self._client.base_url)
+        self.name = f"{parsed.provider}-chat"
 
     async def complete(
         self,
@@ -174,11 +161,6 @@ class OpenAIChatEngine:
         except (AttributeError, TypeError, KeyError, IndexError) as exc:
             # The SDK builds replies without validating them; a malformed body surfaces here.
             raise EngineProtocolError(f"cannot read the chat completion: {exc!r}", engine=self.name) from exc
-
-    async def aclose(self) -> None:
-        """Close the SDK client's connections, unless the HTTP client was passed in."""
-        if self._owns_http:
-            await self._client.close()
 
     def _result(self, completion: ChatCompletion, *, structured: bool) -> ChatResult:
         if not completion.choices:

@@ -16,7 +16,6 @@ from functools import partial
 from typing import Any
 
 import httpx2
-import openai
 from langchain_core.messages import BaseMessage
 from openai.types.responses import Response
 
@@ -36,6 +35,7 @@ from .._openai_errors import openai_errors, request_timeout
 from ._cost import call_cost
 from ._loop import tool_loop
 from ._openai import client_args
+from ._openai_client import OpenAISdkEngine
 from ._ref import ModelRef
 from ._responses_input import function_tools, to_input
 from ._thoughts import final_content, inline_thoughts
@@ -51,7 +51,7 @@ def _thought_texts(item: Any) -> list[str]:
     return [text for part in parts if isinstance(text := getattr(part, "text", None), str)]
 
 
-class OpenAIResponsesEngine:
+class OpenAIResponsesEngine(OpenAISdkEngine):
     """A ``ChatEngine`` over ``client.responses.create``, for ``openai:`` model references.
 
     Args:
@@ -68,11 +68,7 @@ class OpenAIResponsesEngine:
         ConfigError: the reference is malformed or not an ``openai:`` one.
     """
 
-    ref: ModelRef
     name: str = "openai-responses"
-    model: str
-    base_url: str
-    """The server's root, read by the router's egress check for ``local_only`` tasks."""
 
     def __init__(
         self,
@@ -82,21 +78,12 @@ class OpenAIResponsesEngine:
         http_client: httpx2.AsyncClient | None = None,
         on_thought: Callable[[str], None] | None = None,
     ) -> None:
-        self.ref = ref if isinstance(ref, ModelRef) else ModelRef.parse(ref or settings.default)
-        if self.ref.provider != "openai":
-            raise ConfigError(f"{self.ref}: the Responses API serves openai: references only", key="system2")
-        self.model = self.ref.model
-        self._timeout_s = settings.timeout_s
-        self._price = settings.prices.get(str(self.ref))
-        self._on_thought = on_thought
-        self._owns_http = http_client is None
-        self._client = openai.AsyncOpenAI(
-            **client_args(self.ref, settings),
-            http_client=http_client,
-            max_retries=settings.max_retries,  # the one retry loop is the SDK's
-            timeout=settings.timeout_s,
+        parsed = ref if isinstance(ref, ModelRef) else ModelRef.parse(ref or settings.default)
+        if parsed.provider != "openai":
+            raise ConfigError(f"{parsed}: the Responses API serves openai: references only", key="system2")
+        super().__init__(
+            settings, parsed, client_args(parsed, settings), http_client=http_client, on_thought=on_thought
         )
-        self.base_url = str(self._client.base_url)
 
     async def complete(
         self,
@@ -154,11 +141,6 @@ class OpenAIResponsesEngine:
         except (AttributeError, TypeError, KeyError, IndexError) as exc:
             # The SDK builds replies without validating them; a malformed body surfaces here.
             raise EngineProtocolError(f"cannot read the response: {exc!r}", engine=self.name) from exc
-
-    async def aclose(self) -> None:
-        """Close the SDK client's connections, unless the HTTP client was passed in."""
-        if self._owns_http:
-            await self._client.close()
 
     def _result(self, response: Response, *, structured: bool) -> ChatResult:
         if response.error is not None:
