@@ -150,9 +150,16 @@ class Router:
         )
 
     async def _record(self, decisions: Sequence[Decision], state: State) -> None:
-        if self._sink is not None:
-            for decision in decisions:
-                await self._sink.record(decision, state=state)
+        if self._sink is None:
+            return
+        # A check's rules (a classification's questions) belong together: one commit where the sink
+        # can batch them, such as the decision log.
+        record_many = getattr(self._sink, "record_many", None)
+        if record_many is not None and len(decisions) > 1:
+            await record_many(decisions, state=state)
+            return
+        for decision in decisions:
+            await self._sink.record(decision, state=state)
 
     async def route(self, task_name: str, messages: Sequence[BaseMessage], *, previous: str | None = None) -> Decision:
         """Pick a route for the latest user turn; ``previous`` is the route the conversation is on."""

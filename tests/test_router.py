@@ -300,3 +300,19 @@ async def test_only_tasks_that_opt_in_mark_their_system_2_call_for_the_thought_s
     await router.route("support", [HumanMessage("hmm")])
     assert seen == [None, "support"]
     assert THOUGHT_TASK.get() is None
+
+
+async def test_a_sink_that_batches_gets_a_checks_rules_in_one_call() -> None:
+    batches: list[list[str]] = []
+
+    class BatchingSink:
+        async def record(self, decision: Decision, *, state: State) -> None:
+            batches.append([decision.question])
+
+        async def record_many(self, decisions: list[Decision], *, state: State) -> None:
+            batches.append([d.question for d in decisions])
+
+    router, _ = _router(_rules(0.1, 0.1), sink=BatchingSink())
+    await router.check("tools", "ls")
+    await router.route("support", [HumanMessage("I was charged twice")])
+    assert batches == [["destructive", "exfiltration"], ["support"]]
