@@ -9,7 +9,6 @@ the opt-in thought sink at most (``ThoughtSink``).
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -41,7 +40,6 @@ from ._thoughts import final_content, inline_thoughts
 
 __all__ = ["OpenAIChatEngine", "client_args"]
 
-logger = logging.getLogger(__name__)
 
 _REASONING_FIELDS = ("reasoning", "reasoning_content")
 """vLLM's message fields for a reasoning parser's output (``reasoning_content`` before recipes PR #322)."""
@@ -177,10 +175,7 @@ class OpenAIChatEngine(OpenAISdkEngine):
         calls = tuple(self._tool_call(call) for call in message.tool_calls or ())
         parsed: Any = None
         if structured and not calls:
-            try:
-                parsed = json.loads(content)
-            except json.JSONDecodeError as exc:
-                raise EngineProtocolError(f"structured output is not JSON: {exc}", engine=self.name) from exc
+            parsed = self._parse_structured(content)
         usage, cost = self._usage(completion)
         return ChatResult(
             content=content,
@@ -190,15 +185,6 @@ class OpenAIChatEngine(OpenAISdkEngine):
             usage=usage,
             cost_usd=cost,
         )
-
-    def _thought(self, thoughts: list[str]) -> None:
-        if self._on_thought is None:
-            return
-        try:
-            for thought in thoughts:
-                self._on_thought(thought)
-        except Exception:  # a debugging sink must never fail a call
-            logger.warning("the thought sink failed", exc_info=True)
 
     def _usage(self, completion: ChatCompletion) -> tuple[Usage, float | None]:
         usage = completion.usage

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable
+from typing import Any
 
 import httpx2
 import openai
 
-from router import System2Settings
+from router import EngineProtocolError, System2Settings
 
 from ._ref import ModelRef
 
 __all__ = ["OpenAISdkEngine"]
+
+logger = logging.getLogger(__name__)
 
 
 class OpenAISdkEngine:
@@ -22,6 +27,7 @@ class OpenAISdkEngine:
     """
 
     ref: ModelRef
+    name: str
     model: str
     base_url: str
     """The server's root, read by the router's egress check for ``local_only`` tasks."""
@@ -53,3 +59,20 @@ class OpenAISdkEngine:
         """Close the SDK client's connections, unless the HTTP client was passed in."""
         if self._owns_http:
             await self._client.close()
+
+    def _thought(self, thoughts: list[str]) -> None:
+        """Hand thoughts to the opt-in debug sink, if any; never into the result."""
+        if self._on_thought is None:
+            return
+        try:
+            for thought in thoughts:
+                self._on_thought(thought)
+        except Exception:  # a debugging sink must never fail a call
+            logger.warning("the thought sink failed", exc_info=True)
+
+    def _parse_structured(self, content: str) -> Any:
+        """The JSON object a schema call asked for; the server answering otherwise is a protocol error."""
+        try:
+            return json.loads(content)
+        except json.JSONDecodeError as exc:
+            raise EngineProtocolError(f"structured output is not JSON: {exc}", engine=self.name) from exc

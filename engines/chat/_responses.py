@@ -10,7 +10,6 @@ go with ``store=False``: fastslow keeps its own history and never asks OpenAI to
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -41,8 +40,6 @@ from ._responses_input import function_tools, to_input
 from ._thoughts import final_content, inline_thoughts
 
 __all__ = ["OpenAIResponsesEngine"]
-
-logger = logging.getLogger(__name__)
 
 
 def _thought_texts(item: Any) -> list[str]:
@@ -172,10 +169,7 @@ class OpenAIResponsesEngine(OpenAISdkEngine):
         content = final_content(raw)
         parsed: Any = None
         if structured and not calls:
-            try:
-                parsed = json.loads(content)
-            except json.JSONDecodeError as exc:
-                raise EngineProtocolError(f"structured output is not JSON: {exc}", engine=self.name) from exc
+            parsed = self._parse_structured(content)
         usage, cost = self._usage(response)
         return ChatResult(
             content=content,
@@ -185,15 +179,6 @@ class OpenAIResponsesEngine(OpenAISdkEngine):
             usage=usage,
             cost_usd=cost,
         )
-
-    def _thought(self, thoughts: list[str]) -> None:
-        if self._on_thought is None:
-            return
-        try:
-            for thought in thoughts:
-                self._on_thought(thought)
-        except Exception:  # a debugging sink must never fail a call
-            logger.warning("the thought sink failed", exc_info=True)
 
     def _usage(self, response: Response) -> tuple[Usage, float | None]:
         usage = response.usage
