@@ -47,7 +47,7 @@ from router import (
     split_and_ask,
 )
 
-from ._openai_errors import api_key_or_deferred_error, openai_errors, request_timeout
+from ._sdk_errors import api_key_or_deferred_error, openai_errors, request_timeout
 
 __all__ = ["MAX_IMAGES", "OpenAIDecisionsEngine"]
 

@@ -42,7 +42,7 @@ from router import (
     strip_thoughts,
 )
 
-from .._openai_errors import request_timeout
+from .._sdk_errors import request_timeout
 from ._anthropic_errors import anthropic_errors
 from ._anthropic_messages import anthropic_tools, to_anthropic
 from ._cost import call_cost, total_cost

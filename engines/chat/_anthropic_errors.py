@@ -13,7 +13,6 @@ the engine never retries on its own.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -21,14 +20,9 @@ import anthropic
 
 from router import (
     Deadline,
-    EngineError,
-    EngineHTTPError,
-    EngineProtocolError,
-    EngineTimeout,
-    EngineUnavailable,
 )
 
-from .._openai_errors import retry_after
+from .._sdk_errors import sdk_errors
 
 __all__ = ["anthropic_errors", "error_message"]
 
@@ -51,27 +45,12 @@ def error_message(exc: anthropic.APIStatusError) -> str:
 @asynccontextmanager
 async def anthropic_errors(engine: str, deadline: Deadline) -> AsyncIterator[None]:
     """Run one SDK call (its retries included) within what is left of ``deadline``, translating its errors."""
-    budget_s = deadline.remaining
-    try:
-        # The SDK's per-request timeout does not cover its backoff sleeps; this bounds the whole call.
-        async with asyncio.timeout(budget_s):
-            yield
-    except TimeoutError as exc:
-        raise EngineTimeout(f"no answer within the {deadline.budget_s:g} s budget", engine=engine) from exc
-    except anthropic.APITimeoutError as exc:  # before APIConnectionError, its base class
-        raise EngineTimeout(f"request timed out: {exc.message}", engine=engine) from exc
-    except anthropic.APIConnectionError as exc:
-        cause = exc.__cause__ or exc.__context__
-        detail = f"{exc.message} ({cause})" if cause else exc.message
-        raise EngineUnavailable(detail, engine=engine) from exc
-    except anthropic.APIStatusError as exc:
-        raise EngineHTTPError(
-            exc.status_code,
-            error_message(exc),
-            engine=engine,
-            retry_after=retry_after(exc.response.headers),
-        ) from exc
-    except anthropic.APIResponseValidationError as exc:
-        raise EngineProtocolError(f"reply does not match the SDK's schema: {exc.message}", engine=engine) from exc
-    except anthropic.AnthropicError as exc:
-        raise EngineError(str(exc), engine=engine) from exc
+    async with sdk_errors(
+        anthropic,
+        engine,
+        deadline.remaining,
+        base=anthropic.AnthropicError,
+        message=error_message,
+        total_s=deadline.budget_s,
+    ):
+        yield

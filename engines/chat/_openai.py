@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import Any
 
 import httpx2
@@ -25,14 +24,12 @@ from router import (
     EngineProtocolError,
     System2Settings,
     ToolCall,
-    ToolRunner,
     ToolSpec,
     Usage,
 )
 
-from .._openai_errors import api_key_or_deferred_error, openai_errors, request_timeout
+from .._sdk_errors import api_key_or_deferred_error, openai_errors, request_timeout
 from ._cost import call_cost
-from ._loop import tool_loop
 from ._messages import function_tools, to_wire
 from ._openai_client import OpenAISdkEngine
 from ._ref import ModelRef
@@ -101,38 +98,6 @@ class OpenAIChatEngine(OpenAISdkEngine):
             settings, parsed, client_args(parsed, settings), http_client=http_client, on_thought=on_thought
         )
         self.name = f"{parsed.provider}-chat"
-
-    async def complete(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] = (),
-        schema: Mapping[str, Any] | None = None,
-        timeout_s: float | None = None,
-        tool_runner: ToolRunner | None = None,
-    ) -> ChatResult:
-        """Answer ``messages``; with ``schema``, ask for strict JSON output and parse it into ``structured``.
-
-        With ``tool_runner``, tool calls are run through it and sent back until the model answers
-        without tools (at most ``MAX_TOOL_ROUNDS`` rounds), all within the one time budget; ``usage``
-        and ``cost_usd`` then cover every round.
-
-        ``timeout_s`` (the settings' ``timeout_s`` when ``None``) bounds the whole call, the SDK's
-        retries included; each request's SDK timeout is what is left of it.
-
-        Raises:
-            EngineTimeout: the budget ran out.
-            EngineUnavailable: the server could not be reached.
-            EngineHTTPError: the server answered with an error status (after the SDK's retries).
-            EngineProtocolError: the reply has no choice, or its tool arguments or structured
-                output are not the JSON asked for.
-            EngineError: the model refused.
-        """
-        budget = timeout_s if timeout_s is not None else self._timeout_s
-        once = partial(self._once, tools=tools, schema=schema)
-        if tool_runner is None:
-            return await once(messages, budget)
-        return await tool_loop(once, messages, tool_runner, budget_s=budget, engine=self.name)
 
     async def _once(
         self,

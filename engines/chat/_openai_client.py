@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import httpx2
 import openai
+from langchain_core.messages import BaseMessage
 
-from router import EngineProtocolError, System2Settings
+from router import ChatResult, EngineProtocolError, System2Settings, ToolRunner, ToolSpec
 
+from ._loop import tool_loop
 from ._ref import ModelRef
 
 __all__ = ["OpenAISdkEngine"]
@@ -19,8 +23,9 @@ __all__ = ["OpenAISdkEngine"]
 logger = logging.getLogger(__name__)
 
 
-class OpenAISdkEngine:
-    """Holds the ``openai.AsyncOpenAI`` client, the model, its price and the time budget.
+class OpenAISdkEngine(ABC):
+    """Holds the ``openai.AsyncOpenAI`` client, the model, its price and the time budget, and runs
+    ``complete`` (one turn, or the tool loop) over the subclass's ``_once``.
 
     The SDK's ``max_retries`` is the one retry loop; each request's ``timeout`` is set by the
     subclass from what is left of the call's budget.
@@ -54,6 +59,49 @@ class OpenAISdkEngine:
             timeout=settings.timeout_s,
         )
         self.base_url = str(self._client.base_url)
+
+    async def complete(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        schema: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+        tool_runner: ToolRunner | None = None,
+    ) -> ChatResult:
+        """Answer ``messages``; with ``schema``, ask for strict JSON output and parse it into ``structured``.
+
+        With ``tool_runner``, tool calls are run through it and sent back until the model answers
+        without tools (at most ``MAX_TOOL_ROUNDS`` turns), all within the one time budget; ``usage``
+        and ``cost_usd`` then cover every turn.
+
+        ``timeout_s`` (the settings' ``timeout_s`` when ``None``) bounds the whole call, the SDK's
+        retries included; each request's SDK timeout is what is left of it.
+
+        Raises:
+            EngineTimeout: the budget ran out.
+            EngineUnavailable: the server could not be reached.
+            EngineHTTPError: the server answered with an error status (after the SDK's retries).
+            EngineProtocolError: the reply cannot be read, or its tool arguments or structured
+                output are not the JSON asked for.
+            EngineError: the model refused, failed or stopped before finishing.
+        """
+        budget = timeout_s if timeout_s is not None else self._timeout_s
+        once = partial(self._once, tools=tools, schema=schema)
+        if tool_runner is None:
+            return await once(messages, budget)
+        return await tool_loop(once, messages, tool_runner, budget_s=budget, engine=self.name)
+
+    @abstractmethod
+    async def _once(
+        self,
+        messages: Sequence[BaseMessage],
+        budget: float,
+        *,
+        tools: Sequence[ToolSpec],
+        schema: Mapping[str, Any] | None,
+    ) -> ChatResult:
+        """One model turn within ``budget`` seconds, thoughts already removed."""
 
     async def aclose(self) -> None:
         """Close the SDK client's connections, unless the HTTP client was passed in."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import Any
 
 import httpx2
@@ -25,14 +24,12 @@ from router import (
     EngineProtocolError,
     System2Settings,
     ToolCall,
-    ToolRunner,
     ToolSpec,
     Usage,
 )
 
-from .._openai_errors import openai_errors, request_timeout
+from .._sdk_errors import openai_errors, request_timeout
 from ._cost import call_cost
-from ._loop import tool_loop
 from ._openai import client_args
 from ._openai_client import OpenAISdkEngine
 from ._ref import ModelRef
@@ -81,37 +78,6 @@ class OpenAIResponsesEngine(OpenAISdkEngine):
         super().__init__(
             settings, parsed, client_args(parsed, settings), http_client=http_client, on_thought=on_thought
         )
-
-    async def complete(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] = (),
-        schema: Mapping[str, Any] | None = None,
-        timeout_s: float | None = None,
-        tool_runner: ToolRunner | None = None,
-    ) -> ChatResult:
-        """Answer ``messages``; with ``schema``, ask for strict JSON output and parse it into ``structured``.
-
-        With ``tool_runner``, function calls are run through it and their outputs sent back until
-        the model answers without tools (at most ``MAX_TOOL_ROUNDS`` turns), within the one budget;
-        ``usage`` and ``cost_usd`` then cover every turn.
-
-        ``timeout_s`` (the settings' ``timeout_s`` when ``None``) bounds the whole call, the SDK's
-        retries included; each request's SDK timeout is what is left of it.
-
-        Raises:
-            EngineTimeout: the budget ran out.
-            EngineUnavailable: the server could not be reached.
-            EngineHTTPError: the server answered with an error status (after the SDK's retries).
-            EngineProtocolError: tool arguments or structured output are not the JSON asked for.
-            EngineError: the model refused, failed or stopped before finishing.
-        """
-        budget = timeout_s if timeout_s is not None else self._timeout_s
-        once = partial(self._once, tools=tools, schema=schema)
-        if tool_runner is None:
-            return await once(messages, budget)
-        return await tool_loop(once, messages, tool_runner, budget_s=budget, engine=self.name)
 
     async def _once(
         self,

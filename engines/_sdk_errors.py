@@ -1,13 +1,15 @@
-"""What the engines built on the official ``openai`` SDK share: error translation and the time budget.
+"""What the engines built on the official ``openai`` and ``anthropic`` SDKs share: error translation
+and the time budget.
 
-Every SDK error is translated here, in one place, into ``router``'s tree (as httpx maps httpcore's
-exceptions in ``_transports/default.py``):
+Both SDKs are generated from the same template and name their exceptions alike, so one translator
+maps either into ``router``'s tree, in one place (as httpx maps httpcore's exceptions in
+``_transports/default.py``):
 
-    openai.APITimeoutError, TimeoutError  -> EngineTimeout
-    openai.APIConnectionError             -> EngineUnavailable
-    openai.APIStatusError                 -> EngineHTTPError(status, message, retry_after=...)
-    openai.APIResponseValidationError     -> EngineProtocolError
-    any other openai.OpenAIError          -> EngineError
+    APITimeoutError, TimeoutError  -> EngineTimeout
+    APIConnectionError             -> EngineUnavailable
+    APIStatusError                 -> EngineHTTPError(status, message, retry_after=...)
+    APIResponseValidationError     -> EngineProtocolError
+    the SDK's base error           -> EngineError
 
 The SDK carries the one retry loop (``max_retries``, with its own backoff that honours
 ``Retry-After``); these engines never retry on their own.
@@ -22,6 +24,8 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from types import ModuleType
+from typing import Any
 
 import httpx2
 import openai
@@ -37,7 +41,14 @@ from router import (
     EngineUnavailable,
 )
 
-__all__ = ["api_key_or_deferred_error", "error_message", "openai_errors", "request_timeout", "retry_after"]
+__all__ = [
+    "api_key_or_deferred_error",
+    "error_message",
+    "openai_errors",
+    "request_timeout",
+    "retry_after",
+    "sdk_errors",
+]
 
 # The SDK's default read timeout would outlive any budget we give; a floor keeps a nearly spent budget
 # from sending a request that is certain to time out on the first byte.
@@ -84,10 +95,24 @@ def error_message(exc: openai.APIStatusError) -> str:
 
 
 @asynccontextmanager
-async def openai_errors(engine: str, budget_s: float) -> AsyncIterator[Deadline]:
-    """Run an SDK call (retries included) within ``budget_s``, translating its errors.
+async def sdk_errors(
+    sdk: ModuleType,
+    engine: str,
+    budget_s: float,
+    *,
+    base: type[Exception],
+    message: Callable[[Any], str],
+    total_s: float | None = None,
+) -> AsyncIterator[Deadline]:
+    """Run an SDK call (retries included) within ``budget_s``, translating ``sdk``'s errors.
 
-    Yields the call's ``Deadline`` so each request can take the remaining time as its own timeout.
+    Args:
+        sdk: the ``openai`` or ``anthropic`` module.
+        base: that SDK's base error (``openai.OpenAIError``, ``anthropic.AnthropicError``).
+        message: reads the server's own message from an ``APIStatusError``.
+        total_s: the whole call's budget, for the timeout message, when ``budget_s`` is what is left of it.
+
+    Yields the ``Deadline`` of ``budget_s`` so each request can take the remaining time as its own timeout.
     """
     deadline = Deadline(budget_s)
     try:
@@ -95,24 +120,29 @@ async def openai_errors(engine: str, budget_s: float) -> AsyncIterator[Deadline]
         async with asyncio.timeout(budget_s):
             yield deadline
     except TimeoutError as exc:
-        raise EngineTimeout(f"no answer within the {budget_s:g} s budget", engine=engine) from exc
-    except openai.APITimeoutError as exc:  # before APIConnectionError, its base class
+        whole = total_s if total_s is not None else budget_s
+        raise EngineTimeout(f"no answer within the {whole:g} s budget", engine=engine) from exc
+    except sdk.APITimeoutError as exc:  # before APIConnectionError, its base class
         raise EngineTimeout(f"request timed out: {exc.message}", engine=engine) from exc
-    except openai.APIConnectionError as exc:
+    except sdk.APIConnectionError as exc:
         cause = exc.__cause__ or exc.__context__
         detail = f"{exc.message} ({cause})" if cause else exc.message
         raise EngineUnavailable(detail, engine=engine) from exc
-    except openai.APIStatusError as exc:
+    except sdk.APIStatusError as exc:
         raise EngineHTTPError(
-            exc.status_code,
-            error_message(exc),
-            engine=engine,
-            retry_after=retry_after(exc.response.headers),
+            exc.status_code, message(exc), engine=engine, retry_after=retry_after(exc.response.headers)
         ) from exc
-    except openai.APIResponseValidationError as exc:
+    except sdk.APIResponseValidationError as exc:
         raise EngineProtocolError(f"reply does not match the SDK's schema: {exc.message}", engine=engine) from exc
-    except openai.OpenAIError as exc:
+    except base as exc:
         raise EngineError(str(exc), engine=engine) from exc
+
+
+@asynccontextmanager
+async def openai_errors(engine: str, budget_s: float) -> AsyncIterator[Deadline]:
+    """``sdk_errors`` for the ``openai`` SDK."""
+    async with sdk_errors(openai, engine, budget_s, base=openai.OpenAIError, message=error_message) as deadline:
+        yield deadline
 
 
 def request_timeout(deadline: Deadline, engine: str) -> float:
