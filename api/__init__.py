@@ -1,14 +1,26 @@
-"""fastslow's composition root: settings in, a wired router out; the HTTP app; the command line."""
+"""fastslow's composition root: settings in, a wired router out; the HTTP app; the command line.
 
-from ._compose import Runtime, build_runtime, default_policy_path
+``build_runtime(settings)`` loads the policy and wires engines and System 2 to a ``Router``;
+``create_app(settings)`` is the HTTP API (it imports FastAPI and the database layer, so only
+when asked for); ``fastslow.api.cli`` is the ``fastslow`` command.
+"""
 
-__all__ = ["Runtime", "build_runtime", "create_app", "default_policy_path"]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._compose import Runtime, build_runtime
+
+if TYPE_CHECKING:
+    from .app import create_app
+
+__all__ = ["Runtime", "build_runtime", "create_app"]
 
 
 def __getattr__(name: str) -> object:
-    # The HTTP app pulls in FastAPI and the database layer; import it only when asked for.
+    # PEP 562: FastAPI and SQLAlchemy load with the HTTP app, not with the runtime.
     if name == "create_app":
         from .app import create_app
 
         return create_app
-    raise AttributeError(name)
+    raise AttributeError(f"module 'fastslow.api' has no attribute {name!r}")

@@ -4,25 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
-from engines import EnginePool, needs_examples
-from engines.chat import Frontier
-from policies import PolicyStore, load_policy
-from router import ConfigError, Router, Settings
+from fastslow.engines import EnginePool, needs_examples
+from fastslow.engines.chat import Frontier
+from fastslow.policies import PolicySource, PolicyStore, load_policy, locate_policy
+from fastslow.router import Router, Settings
 
-__all__ = ["Runtime", "build_runtime", "default_policy_path"]
-
-EXAMPLE_POLICY = Path("examples") / "policy.yaml"
-
-
-def default_policy_path(settings: Settings) -> Path:
-    """``settings.policy_file``, else the example policy of a checkout in the working directory."""
-    if settings.policy_file is not None:
-        return settings.policy_file
-    if EXAMPLE_POLICY.is_file():
-        return EXAMPLE_POLICY
-    raise ConfigError("no policy file: set FASTSLOW_POLICY_FILE (see docs/policies.md)", key="policy_file")
+__all__ = ["Runtime", "build_runtime"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,6 +18,8 @@ class Runtime:
     """Everything a process needs to make decisions; close it when done."""
 
     settings: Settings
+    policy_source: PolicySource
+    """The policy file in use and why it was chosen."""
     store: PolicyStore
     engines: EnginePool
     chats: Frontier
@@ -41,9 +31,17 @@ class Runtime:
 
 
 def build_runtime(settings: Settings) -> Runtime:
-    """Load the policy (refusing a bad one), and wire engines and System 2 to a ``Router``."""
+    """Load the policy (refusing a bad one), and wire engines and System 2 to a ``Router``.
+
+    The policy file is ``FASTSLOW_POLICY_FILE``, else ``./fastslow-policy.yaml``, else the built-in
+    example policy (``Runtime.policy_source`` says which).
+
+    Raises:
+        ConfigError: a missing or invalid policy file, or an engine that cannot start with these settings.
+    """
+    source = locate_policy(settings)
     store = PolicyStore(
-        default_policy_path(settings),
+        source.path,
         loader=partial(
             load_policy,
             needs_examples=partial(needs_examples, default=settings.engine),
@@ -57,4 +55,4 @@ def build_runtime(settings: Settings) -> Runtime:
     store.add_listener(lambda _old, new: engines.warm(new))
     chats = Frontier(settings.system2, openai_api=settings.system2.openai_api)
     router = Router(lambda: store.current, engines, chats)
-    return Runtime(settings=settings, store=store, engines=engines, chats=chats, router=router)
+    return Runtime(settings=settings, policy_source=source, store=store, engines=engines, chats=chats, router=router)

@@ -10,20 +10,13 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, cast
+from typing import Annotated, Any, NoReturn, cast, get_args
 
 import typer
 
-from router import (
-    ConfigError,
-    EngineError,
-    EngineName,
-    InvalidRequest,
-    Settings,
-    get_settings,
-    parse_systemone_request,
-    render_systemone_reply,
-)
+from fastslow.policies import BUILTIN_POLICY, POLICY_FILE_NAME, PolicySource, load_policy, locate_policy
+from fastslow.router import ConfigError, EngineError, EngineName, InvalidRequest, Settings, get_settings
+from fastslow.router.engine_api import parse_systemone_request, render_systemone_reply
 
 __all__ = ["app"]
 
@@ -61,7 +54,7 @@ def _read_body(source: str) -> str:
         _fail(f"cannot read {source}: {exc.strerror}", EXIT_BAD_INPUT)
 
 
-def _settings(engine: str | None, examples: Path | None) -> Settings:
+def _settings(engine: EngineName | None, examples: Path | None) -> Settings:
     try:
         settings = get_settings()
     except Exception as exc:  # pydantic's ValidationError: a bad FASTSLOW_* variable or file
@@ -77,7 +70,7 @@ def _settings(engine: str | None, examples: Path | None) -> Settings:
 
 
 async def _decide(settings: Settings, body: str) -> dict[str, Any]:
-    from engines import build_engine
+    from fastslow.engines import build_engine
 
     request = parse_systemone_request(body, max_state_chars=settings.max_state_chars)
     engine = build_engine(settings)
@@ -102,7 +95,7 @@ def decide(
     """Answer a Jev request body with the configured engine and print Jev's response body."""
     if engine is not None and engine not in ENGINE_NAMES:
         _fail(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINE_NAMES)}", EXIT_BAD_INPUT)
-    settings = _settings(engine, examples)
+    settings = _settings(cast(EngineName | None, engine), examples)
     body = _read_body(source)
     try:
         result = asyncio.run(_decide(settings, body))
@@ -119,16 +112,29 @@ graph_app = typer.Typer(help="Ready agent graphs.", no_args_is_help=True)
 app.add_typer(graph_app, name="graph")
 
 
+def _policy_source(settings: Settings) -> PolicySource:
+    try:
+        return locate_policy(settings)
+    except ConfigError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+
+
+def _say_policy(source: PolicySource) -> None:
+    # On stderr: stdout stays the command's result, for scripts.
+    sys.stderr.write(f"policy: {source.describe()}\n")
+
+
 @graph_app.command("list")
 def graph_list() -> None:
-    """Name the ready graphs, one per line."""
-    from graphs import GRAPHS
+    """Name the ready graphs, one per line, and the policy file they would run with."""
+    from fastslow.graphs import GRAPHS
 
     sys.stdout.write("".join(f"{name}\n" for name in GRAPHS))
+    _say_policy(_policy_source(_settings(None, None)))
 
 
 async def _run_graph(settings: Settings, name: str, text: str) -> dict[str, Any]:
-    from graphs import GraphName, run_graph
+    from fastslow.graphs import GraphName, run_graph
 
     from ._compose import build_runtime
 
@@ -152,11 +158,12 @@ def graph_run(
     pretty: Annotated[bool, typer.Option(help="Indent the JSON output.")] = False,
 ) -> None:
     """Run a ready graph on one message and print its final state as JSON."""
-    from graphs import GRAPHS
+    from fastslow.graphs import GRAPHS
 
     if name not in GRAPHS:
         _fail(f"unknown graph {name!r}; expected one of {', '.join(GRAPHS)}", EXIT_BAD_INPUT)
     settings = _settings(None, None)
+    _say_policy(_policy_source(settings))
     try:
         result = asyncio.run(_run_graph(settings, name, input))
     except ConfigError as exc:
@@ -201,18 +208,17 @@ def serve(
     """Run the HTTP API (OpenAPI docs at /docs); migrations run first, API keys come from `fastslow keys create`."""
     import uvicorn
 
-    from policies import load_policy
-
-    from ._compose import default_policy_path
     from .app import create_app
 
     settings = _settings(None, None)
     # Check what a person can get wrong before the server starts, so a mistake is one line, not
     # a lifespan traceback: the policy file, and the database (which also migrates it).
+    source = _policy_source(settings)
     try:
-        load_policy(default_policy_path(settings))
+        load_policy(source.path)
     except ConfigError as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
+    _say_policy(source)
     _migrate(settings)
     server = uvicorn.Server(
         uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level, ws="none", lifespan="on")
@@ -271,11 +277,31 @@ def db_upgrade() -> None:
     sys.stderr.write(f"decision log at {url} is up to date\n")
 
 
-ENGINE_NAMES: tuple[str, ...] = EngineName.__args__  # type: ignore[attr-defined]
+@app.command()
+def init(
+    path: Annotated[Path, typer.Argument(help="Where to write the policy file.")] = Path(POLICY_FILE_NAME),
+    force: Annotated[bool, typer.Option(help="Overwrite the file if it exists.")] = False,
+) -> None:
+    """Write a commented starter policy (the built-in example) for you to edit."""
+    if path.exists() and not force:
+        _fail(f"{path} exists; pass --force to overwrite it", EXIT_BAD_INPUT)
+    try:
+        path.write_bytes(BUILTIN_POLICY.read_bytes())
+    except OSError as exc:
+        _fail(f"cannot write {path}: {exc.strerror}", EXIT_BAD_INPUT)
+    tasks = ", ".join(load_policy(path).tasks)
+    found = path.resolve() == (Path.cwd() / POLICY_FILE_NAME).resolve()
+    hint = (
+        "fastslow uses it when run from this folder" if found else f"use it with FASTSLOW_POLICY_FILE={path.resolve()}"
+    )
+    sys.stderr.write(f"wrote {path} (tasks: {tasks}); edit it, {hint}; changes reload without a restart\n")
+
+
+ENGINE_NAMES: tuple[str, ...] = get_args(EngineName)
 
 
 def main() -> None:
-    """Entry point for ``python -m api.cli``."""
+    """Entry point for ``python -m fastslow.api.cli``."""
     app()
 
 

@@ -15,31 +15,38 @@ Data is read in place from ../shared/data (or $FASTSLOW_SHARED_DATA); a missing 
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
+import logging
+import resource
 import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-if __package__ in (None, ""):
-    # `python bench/engines.py` puts bench/ first on sys.path, where this file would shadow the
-    # `engines` package; the repository root goes there instead.
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import resource  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Any  # noqa: E402
+from fastslow.engines.embedded import (
+    E5Embedder,
+    EmbeddedEngine,
+    EmbeddingCache,
+    ExampleEngine,
+    MiniLMEmbedder,
+    SparrowEngine,
+    examples_from_mapping,
+    load_embedder,
+)
+from fastslow.router import Answer, Choice, Noul, Question
+from fastslow.router.engine_api import DecisionEngine
 
-import numpy as np  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from bench._data import (  # noqa: E402
+from _data import (
     DataMissing,
     Task,
     accuracy,
@@ -52,17 +59,6 @@ from bench._data import (  # noqa: E402
     reliability,
     xstest,
 )
-from engines.embedded import (  # noqa: E402
-    E5Embedder,
-    EmbeddedEngine,
-    EmbeddingCache,
-    ExampleEngine,
-    MiniLMEmbedder,
-    SparrowEngine,
-    examples_from_mapping,
-    load_embedder,
-)
-from router import Answer, Choice, DecisionEngine, Noul, Question  # noqa: E402
 
 BASELINE = "sparrow"
 TOPICS = ["a refund", "a crash", "a password", "an invoice", "travel", "food", "weather", "music", "a deadline",

@@ -13,28 +13,21 @@ This is an operator's tool, not a test: it talks to whatever ``--url`` names.
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
+import math
+import os
 import sys
-from pathlib import Path
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, Literal, get_args
 
-if __package__ in (None, ""):
-    # `python bench/live_structured.py` puts bench/ first on sys.path, where bench/engines.py would
-    # shadow the `engines` package; the repository root goes there instead.
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+from pydantic import SecretStr
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import os  # noqa: E402
-import time  # noqa: E402
-from collections import Counter  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from typing import Any, Literal, get_args  # noqa: E402
-
-from pydantic import SecretStr  # noqa: E402
-
-from engines.jev import JevEngine  # noqa: E402
-from router import Choice, EngineError, JevProfileName, JevSettings, Noul, Question, ReadOptions, Score  # noqa: E402
+from fastslow.engines.jev import JevEngine
+from fastslow.router import Choice, EngineError, JevProfileName, JevSettings, Noul, Question, ReadOptions, Score
 
 TICKETS = [
     "I was charged twice for my subscription this month. Please refund one of the charges.",

@@ -1,59 +1,81 @@
-"""Engines by name: ``ENGINES[name](settings)`` builds a configured ``DecisionEngine``.
+"""Engines by name: ``ENGINES[name](build)`` makes a configured ``DecisionEngine`` from an ``EngineBuild``.
 
-Factories import their engine lazily, so choosing the Jev client never loads the CPU models and
-the embedded engine never imports the OpenAI SDK.
+Every engine is made here, by ``build_engine`` for one-off use (the command line) and by the
+``EnginePool`` a running router uses. Factories import their engine lazily, so choosing the Jev
+client never loads the CPU models and the embedded engine never imports the OpenAI SDK.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import get_args
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias, get_args
 
-from router import ConfigError, DecisionEngine, EngineName, Settings
+from fastslow.router import ConfigError, EngineName, PolicySet, Settings
+from fastslow.router.engine_api import DecisionEngine
 
-__all__ = ["ENGINES", "LEARNS_FROM_EXAMPLES", "build_engine"]
+if TYPE_CHECKING:
+    from .embedded import EmbeddedModels, ExampleSet
 
-
-def _embedded(settings: Settings) -> DecisionEngine:
-    from .embedded import EmbeddedEngine
-
-    return EmbeddedEngine.from_settings(settings.embedded)
-
-
-def _sparrow(settings: Settings) -> DecisionEngine:
-    del settings  # the zero-shot model has no knobs
-    from .embedded import SparrowEngine
-
-    return SparrowEngine()
+__all__ = ["ENGINES", "LEARNS_FROM_EXAMPLES", "EngineBuild", "EngineFactory", "build_engine", "examples_for"]
 
 
-def _examples(settings: Settings) -> DecisionEngine:
-    from .embedded import ExampleEngine
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineBuild:
+    """What an engine factory makes its engine from."""
 
-    if settings.embedded.examples is None:
-        raise ConfigError("the examples engine needs an examples file", key="embedded.examples")
-    return ExampleEngine.from_settings(settings.embedded)
+    settings: Settings
+    examples: ExampleSet | None = None
+    """The labelled examples an engine that learns from them trains on; ``None``: it has none."""
+    models: EmbeddedModels | None = None
+    """Loaded CPU models to share across engines; the embedded factories load their own when ``None``."""
+
+    def embedded_models(self) -> EmbeddedModels:
+        if self.models is not None:
+            return self.models
+        from .embedded import EmbeddedModels
+
+        return EmbeddedModels(self.settings.embedded)
 
 
-def _jev(settings: Settings) -> DecisionEngine:
+EngineFactory: TypeAlias = Callable[[EngineBuild], DecisionEngine]
+
+
+def _embedded(build: EngineBuild) -> DecisionEngine:
+    return build.embedded_models().embedded_engine(build.examples)
+
+
+def _sparrow(build: EngineBuild) -> DecisionEngine:
+    return build.embedded_models().sparrow  # zero-shot: no knobs, no examples
+
+
+def _examples(build: EngineBuild) -> DecisionEngine:
+    if build.examples is None or not build.examples.questions:
+        raise ConfigError(
+            "the examples engine needs examples in the policy or an examples file", key="embedded.examples"
+        )
+    return build.embedded_models().example_engine(build.examples)
+
+
+def _jev(build: EngineBuild) -> DecisionEngine:
     from .jev import JevEngine
 
-    return JevEngine(settings.jev)
+    return JevEngine(build.settings.jev)
 
 
-def _openai_decisions(settings: Settings) -> DecisionEngine:
+def _openai_decisions(build: EngineBuild) -> DecisionEngine:
     from .openai_decisions import OpenAIDecisionsEngine
 
-    return OpenAIDecisionsEngine(settings.openai_decisions)
+    return OpenAIDecisionsEngine(build.settings.openai_decisions)
 
 
-def _logprob(settings: Settings) -> DecisionEngine:
+def _logprob(build: EngineBuild) -> DecisionEngine:
     from .logprob import LogprobEngine
 
-    return LogprobEngine(settings.logprob)
+    return LogprobEngine(build.settings.logprob)
 
 
-ENGINES: dict[EngineName, Callable[[Settings], DecisionEngine]] = {
+ENGINES: dict[EngineName, EngineFactory] = {
     "embedded": _embedded,
     "sparrow": _sparrow,
     "examples": _examples,
@@ -61,12 +83,51 @@ ENGINES: dict[EngineName, Callable[[Settings], DecisionEngine]] = {
     "openai-decisions": _openai_decisions,
     "logprob": _logprob,
 }
-LEARNS_FROM_EXAMPLES: frozenset[str] = frozenset({"embedded", "examples", "sparrow"})
-"""Engines the pool trains on the policy's examples (sparrow is zero-shot but shares their limits)."""
+LEARNS_FROM_EXAMPLES: frozenset[EngineName] = frozenset({"embedded", "examples", "sparrow"})
+"""Engines trained on the policy's examples (sparrow is zero-shot but shares their limits)."""
 
 assert set(ENGINES) == set(get_args(EngineName)), "every EngineName needs a factory"
 
 
+def examples_for(settings: Settings, policy: PolicySet | None = None) -> ExampleSet | None:
+    """The examples engines learn from: the settings' examples file with ``policy``'s over it.
+
+    A question the policy gives examples for takes them from the policy alone. ``None`` when
+    there are none at all.
+
+    Raises:
+        ConfigError: a bad examples file.
+    """
+    from .embedded import ExampleSet, QuestionExamples, load_examples
+
+    questions: dict[str, QuestionExamples] = {}
+    if settings.embedded.examples is not None:
+        questions.update(load_examples(settings.embedded.examples).questions)
+    if policy is not None:
+        for name, examples in policy.question_examples().items():
+            questions[name] = QuestionExamples(name=name, examples=dict(examples))
+    if not questions:
+        return None
+    file = str(settings.embedded.examples) if settings.embedded.examples is not None else None
+    return ExampleSet(questions=questions, source=(policy.source if policy is not None else None) or file)
+
+
 def build_engine(settings: Settings, name: EngineName | None = None) -> DecisionEngine:
-    """Build the engine ``name`` (default ``settings.engine``) from ``settings``."""
-    return ENGINES[name or settings.engine](settings)
+    """Build the engine ``name`` (default ``settings.engine``), trained on the settings' examples file.
+
+    Raises:
+        ConfigError: an unknown engine name, or a setting the engine cannot start with.
+    """
+    engine_name = name or settings.engine
+    factory = _factory(engine_name)
+    examples = examples_for(settings) if engine_name in LEARNS_FROM_EXAMPLES else None
+    return factory(EngineBuild(settings=settings, examples=examples))
+
+
+def _factory(name: str) -> EngineFactory:
+    # Names are checked where they are read (settings, policy files); this catches the rest, such
+    # as a task built in code, instead of quietly answering with another engine.
+    factory = ENGINES.get(name)  # type: ignore[call-overload]
+    if factory is None:
+        raise ConfigError(f"unknown engine {name!r}; expected one of {', '.join(ENGINES)}", key="engine")
+    return factory  # type: ignore[no-any-return]

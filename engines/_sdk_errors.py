@@ -31,15 +31,15 @@ import httpx2
 import openai
 from pydantic import SecretStr
 
-from router import (
+from fastslow.router import (
     ConfigError,
-    Deadline,
     EngineError,
     EngineHTTPError,
     EngineProtocolError,
     EngineTimeout,
     EngineUnavailable,
 )
+from fastslow.router.engine_api import Deadline
 
 __all__ = [
     "api_key_or_deferred_error",

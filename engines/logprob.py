@@ -30,13 +30,10 @@ import openai
 from openai.types import Completion, CompletionUsage
 from openai.types.chat import ChatCompletion
 
-from router import (
+from fastslow.router import (
     Answer,
     Choice,
-    Deadline,
-    EngineLimits,
     EngineProtocolError,
-    EngineReply,
     Image,
     LogprobSettings,
     Noul,
@@ -44,10 +41,8 @@ from router import (
     ReadOptions,
     Signals,
     State,
-    Usage,
-    neutralise,
-    split_and_ask,
 )
+from fastslow.router.engine_api import Deadline, EngineLimits, EngineReply, Usage, neutralise, split_and_ask
 
 from ._sdk_errors import api_key_or_deferred_error, openai_errors, request_timeout
 
@@ -56,7 +51,7 @@ __all__ = ["MISSING_LABEL_PENALTY", "LogprobEngine", "label_distribution"]
 MISSING_LABEL_PENALTY = 5.0
 """A label absent from the top-k scores this much below the lowest returned logprob."""
 
-# One letter per option; larger choices are split by ``router.split_and_ask``.
+# One letter per option; larger choices are split by ``fastslow.router.engine_api.split_and_ask``.
 _LIMITS = EngineLimits(max_options=26)
 _LETTERS = string.ascii_uppercase
 # Byte-level BPE (``Ġ``) and SentencePiece (``▁``) mark a leading space inside raw token strings;

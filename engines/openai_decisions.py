@@ -25,13 +25,10 @@ from openai.types import Decision
 from openai.types.decision_create_params import InputUnionMember1
 from openai.types.decision_create_params import Question as WireQuestion
 
-from router import (
+from fastslow.router import (
     Answer,
     Choice,
-    Deadline,
-    EngineLimits,
     EngineProtocolError,
-    EngineReply,
     Image,
     InvalidRequest,
     NoAnswer,
@@ -41,6 +38,11 @@ from router import (
     ReadOptions,
     Score,
     State,
+)
+from fastslow.router.engine_api import (
+    Deadline,
+    EngineLimits,
+    EngineReply,
     Usage,
     neutralise,
     normalise_distribution,

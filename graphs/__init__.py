@@ -18,7 +18,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 
-from router import ChatSource, ConfigError, Router
+from fastslow.router import ChatSource, ConfigError, Router
 
 from ._common import NO_FRONTIER, GraphContext, Outcome, StepRecord, message_record
 from ._draft import TICKET_SCHEMA, DraftState, draft_graph
@@ -116,7 +116,7 @@ async def run_graph(
     Args:
         text: the user's message.
         router: the router the graph's policy nodes ask.
-        chats: where System-2 engines come from (``engines.chat.Frontier``).
+        chats: where System-2 engines come from (``fastslow.engines.chat.Frontier``).
         checkpointer: keeps the conversation under ``thread_id`` (a fresh id when ``None``), so
             a later run continues it and a paused gate review can be resumed.
         draft_model: the draft worker's model reference (``settings.system2.draft``).

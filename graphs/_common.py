@@ -9,7 +9,8 @@ from typing import Any, Literal, TypeAlias, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 
-from router import ChatResult, ChatSource, EngineError, ToolSpec
+from fastslow.router import ChatSource, EngineError
+from fastslow.router.engine_api import ChatResult, ToolSpec
 
 __all__ = [
     "NO_FRONTIER",
@@ -36,7 +37,7 @@ class GraphContext:
     """Run-scoped dependencies, passed as ``context=`` to ``ainvoke`` (LangGraph's ``context_schema``)."""
 
     chats: ChatSource
-    """Where System-2 engines come from (``engines.chat.Frontier`` in production)."""
+    """Where System-2 engines come from (``fastslow.engines.chat.Frontier`` in production)."""
     agent_model: str | None = None
     """Model reference for the specialised and tool-using agents; the chat source's default when ``None``."""
     frontier_model: str | None = None

@@ -20,7 +20,7 @@ from langgraph.graph import START, StateGraph, add_messages
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from router import Router
+from fastslow.router import Router
 
 from ._common import Failed, GraphContext, Outcome, StepRecord, call_chat, step
 from ._validate import schema_errors

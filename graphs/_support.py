@@ -18,7 +18,7 @@ from langchain_core.messages import AIMessage, AnyMessage
 from langgraph.graph import END, START, StateGraph, add_messages
 from langgraph.runtime import Runtime
 
-from router import ConfigError, Router, RouteTask, router_node
+from fastslow.router import ConfigError, Router, RouteTask, router_node
 
 from ._common import Failed, GraphContext, Outcome, StepRecord, ai_message, call_chat, step
 
@@ -68,7 +68,7 @@ class SupportState(TypedDict, total=False):
     route: str | None
     """The route System 1 (or System 2) chose; ``None`` when escalated to the frontier agent."""
     decision: dict[str, Any]
-    """The router's decision record (``router.decision_record``)."""
+    """The decision record the router node wrote to state."""
     outcome: Outcome
     steps: Annotated[list[StepRecord], operator.add]
 

@@ -4,7 +4,7 @@
                                         --all denied------> agent
                    --no tool calls--> END
 
-The gate (``router.policy_gate_node``) answers denied calls with a refusal ``ToolMessage``, so no
+The gate (``fastslow.router.policy_gate_node``) answers denied calls with a refusal ``ToolMessage``, so no
 call is left orphaned and the agent can explain or choose another action. Needs the policy task
 ``tool_safety`` (kind ``check``), whose rules judge each call rendered as one line,
 ``name: key=value, ...`` (see ``docs/policies.md``).
@@ -24,7 +24,8 @@ from langgraph.prebuilt import ToolNode, ToolRuntime
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from router import Router, ToolSpec, policy_gate_node
+from fastslow.router import Router, policy_gate_node
+from fastslow.router.engine_api import ToolSpec
 
 from ._common import Failed, GraphContext, Outcome, StepRecord, ai_message, call_chat, step
 

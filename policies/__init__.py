@@ -1,22 +1,30 @@
-"""Policy files: YAML tasks, thresholds and checks parsed into ``router.PolicySet``, with hot reload.
+"""Policy files: YAML tasks, thresholds and checks parsed into ``fastslow.router.PolicySet``, with hot reload.
 
 ``load_policy(path)`` reads and validates one file (errors name the file, line and key);
 ``PolicyStore`` keeps the last good policy in force and swaps in valid changes without a restart.
-``PolicyFile.model_json_schema()`` is the file's JSON Schema, for editors.
+``PolicyFile.model_json_schema()`` is the file's JSON Schema, for editors. ``locate_policy``
+says which file a process uses: ``FASTSLOW_POLICY_FILE``, else ``./fastslow-policy.yaml``, else
+the example policy built into the package.
 """
 
 from ._convert import NeedsExamples
 from ._load import load_policy, parse_policy, policy_version
+from ._locate import BUILTIN_POLICY, POLICY_FILE_NAME, PolicyOrigin, PolicySource, locate_policy
 from ._reload import Listener, PolicyStore, ReloadResult
 from ._schema import PolicyFile
 
 __all__ = [
+    "BUILTIN_POLICY",
+    "POLICY_FILE_NAME",
     "Listener",
     "NeedsExamples",
     "PolicyFile",
+    "PolicyOrigin",
+    "PolicySource",
     "PolicyStore",
     "ReloadResult",
     "load_policy",
+    "locate_policy",
     "parse_policy",
     "policy_version",
 ]

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from router import (
+from fastslow.router import (
     Calibration,
     CheckAction,
     CheckTask,

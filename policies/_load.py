@@ -1,4 +1,4 @@
-"""Read a policy file: YAML -> validated models -> ``router.PolicySet``, with errors that name the line.
+"""Read a policy file: YAML -> validated models -> ``fastslow.router.PolicySet``, with errors that name the line.
 
 The YAML is composed into nodes first so every key path keeps the line it was written on; a pydantic
 error location such as ``tasks.tool_safety.rules.delete.deny_at`` is then reported as
@@ -21,7 +21,7 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from router import ConfigError, PolicySet
+from fastslow.router import ConfigError, PolicySet
 
 from ._convert import NeedsExamples, PolicyProblem, to_policy_set
 from ._schema import PolicyFile, suggest

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from router import ConfigError, PolicySet
+from fastslow.router import ConfigError, PolicySet
 
 from ._load import load_policy, policy_version
 

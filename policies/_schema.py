@@ -14,7 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self, get_args
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from router import EngineName, OnFailure
+from fastslow.router import EngineName, OnFailure
 
 from ._base import ExampleList, NoulExamples, Prob, Strict, Text, check_name, check_names, suggest
 from ._questions import (
@@ -60,7 +60,7 @@ NONE_DESCRIPTION = "None of the other routes fits"
 
 
 class EngineOptionsModel(Strict):
-    """Per-call settings for the System-1 engine (``router.ReadOptions``)."""
+    """Per-call settings for the System-1 engine (``fastslow.router.ReadOptions``)."""
 
     samples: int | Literal["auto"] | None = None
     steps: int | None = Field(default=None, ge=1, le=8)
@@ -106,7 +106,7 @@ class TaskEgressModel(Strict):
 class CommonModel(Strict):
     """Fields every task has; also the shape of the file's ``defaults``. ``None`` means "not set"."""
 
-    engine: str | None = None
+    engine: EngineName | None = None
     engine_options: EngineOptionsModel | None = None
     escalate_to: str | None = None
     thresholds: ThresholdsModel | None = None
@@ -116,10 +116,11 @@ class CommonModel(Strict):
     store_state: bool | None = None
     debug_thoughts: bool | None = None
 
-    @field_validator("engine")
+    @field_validator("engine", mode="before")
     @classmethod
-    def _engine(cls, value: str | None) -> str | None:
-        if value is not None and value not in ENGINE_NAMES:
+    def _engine(cls, value: object) -> object:
+        # Before the type check, so that a misspelt name gets a did-you-mean, not a list of literals.
+        if isinstance(value, str) and value not in ENGINE_NAMES:
             raise PydanticCustomError(
                 "engine",
                 "unknown engine {value}; expected one of {names}{hint}",

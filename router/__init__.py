@@ -1,10 +1,26 @@
-"""fastslow's kernel: typed questions and answers, the engine protocol, errors and settings.
+"""fastslow's kernel: typed questions and answers, decisions, the ``Router`` and its LangGraph nodes.
 
-``router`` imports none of its sibling packages; ``engines`` and ``policies`` build on it.
+This is the surface for agent and policy authors. What only engine authors need (the
+``DecisionEngine`` protocol, request splitting, deadlines, the Jev wire helpers, the System-2
+``ChatEngine`` protocol) is in ``fastslow.router.engine_api``.
+
+``fastslow.router`` imports none of its sibling packages; ``fastslow.engines`` and
+``fastslow.policies`` build on it.
+
+Errors::
+
+    FastslowError
+    ├── ConfigError          a developer mistake: a bad policy file, setting or task name
+    ├── InvalidRequest       bad input, naming the field
+    └── EngineError          an engine could not answer
+        ├── EngineTimeout
+        ├── EngineUnavailable
+        ├── EngineHTTPError  (status, body, retry_after)
+        └── EngineProtocolError
 """
 
-from ._answers import Answer, EngineReply, NoAnswer, Signals, Usage, normalise_distribution
-from ._chat import THOUGHT_TASK, ChatEngine, ChatResult, ToolCall, ToolOutcome, ToolRunner, ToolSpec, ToolStep
+from ._answers import Answer, NoAnswer, Signals
+from ._chat import ToolCall
 from ._decisions import (
     Calibration,
     CheckAction,
@@ -20,7 +36,7 @@ from ._decisions import (
     decide_check,
     escalated_by_system2,
 )
-from ._engine import DecisionEngine, EngineLimits, ReadOptions
+from ._engine import ReadOptions
 from ._errors import (
     ConfigError,
     EngineError,
@@ -31,25 +47,9 @@ from ._errors import (
     FastslowError,
     InvalidRequest,
 )
-from ._escalate import System2Answer, ask_system2, option_schema
-from ._nodes import classify_node, decision_record, policy_gate_node, router_node
-from ._questions import (
-    MAX_STATE_CHARS,
-    NOUL_OPTIONS,
-    Choice,
-    Image,
-    Noul,
-    Question,
-    QuestionKind,
-    Score,
-    State,
-    question_from_wire,
-    question_to_wire,
-    questions_from_wire,
-    validate_state,
-)
+from ._nodes import classify_node, policy_gate_node, router_node
+from ._questions import Choice, Image, Noul, Question, QuestionKind, Score, State
 from ._router import ChatSource, CheckResult, DecisionSink, EngineSource, Router
-from ._sanitize import CONTROL_STRINGS, neutralise, neutralise_text, strip_thoughts
 from ._settings import (
     EmbeddedSettings,
     EngineName,
@@ -62,7 +62,6 @@ from ._settings import (
     System2Settings,
     get_settings,
 )
-from ._split import AskFn, split_and_ask
 from ._tasks import (
     CheckTask,
     ClassifyTask,
@@ -77,18 +76,10 @@ from ._tasks import (
     Task,
     TaskCommon,
 )
-from ._timing import Deadline
-from ._turns import split_turns
-from ._wire import SystemOneRequest, parse_systemone_request, render_systemone_reply
 
 __all__ = [
-    "THOUGHT_TASK",
     "Answer",
-    "AskFn",
-    "CONTROL_STRINGS",
     "Calibration",
-    "ChatEngine",
-    "ChatResult",
     "ChatSource",
     "CheckAction",
     "CheckResult",
@@ -96,19 +87,15 @@ __all__ = [
     "Choice",
     "ClassifyTask",
     "ConfigError",
-    "Deadline",
     "Decision",
-    "DecisionEngine",
     "DecisionSink",
     "Egress",
     "EmbeddedSettings",
     "EngineError",
     "EngineFailure",
     "EngineHTTPError",
-    "EngineLimits",
     "EngineName",
     "EngineProtocolError",
-    "EngineReply",
     "EngineSource",
     "EngineTimeout",
     "EngineUnavailable",
@@ -120,8 +107,6 @@ __all__ = [
     "JevSettings",
     "LogprobSettings",
     "ModelPrice",
-    "MAX_STATE_CHARS",
-    "NOUL_OPTIONS",
     "NoAnswer",
     "Noul",
     "OnFailure",
@@ -143,39 +128,17 @@ __all__ = [
     "Sticky",
     "System",
     "System2Settings",
-    "System2Answer",
-    "SystemOneRequest",
     "Task",
     "TaskCommon",
     "Thresholds",
     "ToolCall",
-    "ToolOutcome",
-    "ToolRunner",
-    "ToolSpec",
-    "ToolStep",
-    "Usage",
     "Verdict",
-    "ask_system2",
     "calibrate",
     "classify_node",
     "decide_answer",
     "decide_check",
-    "decision_record",
     "escalated_by_system2",
     "get_settings",
-    "neutralise",
-    "neutralise_text",
-    "normalise_distribution",
-    "option_schema",
-    "parse_systemone_request",
     "policy_gate_node",
-    "question_from_wire",
-    "question_to_wire",
-    "questions_from_wire",
-    "render_systemone_reply",
     "router_node",
-    "split_and_ask",
-    "split_turns",
-    "strip_thoughts",
-    "validate_state",
 ]

@@ -46,8 +46,6 @@ Reason: TypeAlias = Literal[
     "engine_error",
     "timeout",
     "sticky",
-    "no_frontier_model",
-    "egress_denied",
 ]
 
 

@@ -29,6 +29,7 @@ from ._engine import DecisionEngine
 from ._errors import ConfigError, EngineError, EngineTimeout
 from ._escalate import ask_system2
 from ._questions import Question, State
+from ._settings import EngineName
 from ._tasks import CheckTask, ClassifyTask, PolicySet, RouteTask, Task, TaskCommon
 from ._turns import split_turns
 
@@ -41,7 +42,7 @@ NO_FRONTIER = "no frontier model configured"
 class EngineSource(Protocol):
     """Gives the System-1 engine for a task, trained on the policy's examples where it learns from them."""
 
-    def engine_for(self, name: str | None, policy: PolicySet) -> DecisionEngine: ...
+    def engine_for(self, name: EngineName | None, policy: PolicySet) -> DecisionEngine: ...
 
 
 class ChatSource(Protocol):

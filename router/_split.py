@@ -34,7 +34,6 @@ _MAX_PARALLEL = 8
 @dataclass(frozen=True, slots=True)
 class _Grouped:
     name: str
-    original: Question
     as_choice: Choice
     groups: tuple[tuple[str, ...], ...]
 
@@ -142,7 +141,7 @@ async def split_and_ask(
         assert isinstance(question, (Choice, Score))
         as_choice = _as_choice(question)
         groups = _groups(as_choice.options, limit)
-        grouped.append(_Grouped(name, question, as_choice, groups))
+        grouped.append(_Grouped(name, as_choice, groups))
         for i, group in enumerate(groups):
             if len(group) == 1:
                 continue  # only when the limit is 2: a lone option wins its group for certain

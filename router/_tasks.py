@@ -14,6 +14,7 @@ from typing import Literal, TypeAlias
 from ._decisions import Calibration, CheckAction, OnFailure, Thresholds
 from ._engine import ReadOptions
 from ._questions import Choice, Noul, Question
+from ._settings import EngineName
 
 __all__ = [
     "CheckTask",
@@ -47,7 +48,7 @@ class TaskCommon:
     """Settings every task kind has."""
 
     name: str
-    engine: str | None = None
+    engine: EngineName | None = None
     """The System-1 engine; the settings' default when ``None``."""
     read: ReadOptions = field(default_factory=ReadOptions)
     escalate_to: str | None = None

@@ -1,7 +1,7 @@
 """Jev ``/v1/systemone`` bodies: parse a request, render a reply in Jev's exact response shape.
 
 Used wherever fastslow *serves* the Jev format (``fastslow decide``, the HTTP gateway); the Jev
-client in ``engines.jev`` has its own, more forgiving, reader for what servers send back.
+client in ``fastslow.engines.jev`` has its own, more forgiving, reader for what servers send back.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from ._errors import InvalidRequest
 from ._questions import MAX_STATE_CHARS, Question, Score, State, questions_from_wire, validate_state
 
 __all__ = ["SystemOneRequest", "parse_systemone_request", "render_systemone_reply"]
-
-_EXTENSIONS = ("samples", "steps", "think", "seed")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -5,16 +5,19 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from router import get_settings
+from fastslow.router import get_settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("FASTSLOW_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+_BARE = frozenset({"router", "engines", "policies", "graphs", "api"})
 
 _PROVIDER_ENV = (
     "OPENAI_API_KEY",
@@ -72,6 +75,18 @@ def _fresh_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator
     get_settings.cache_clear()
     yield
     get_settings.cache_clear()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_name_per_module() -> Iterator[None]:
+    """After the whole suite: no module was loaded under a bare name (``router``, ``api``, ...).
+
+    fastslow is imported as installed, never from the repository root, so a module cannot load
+    twice under two names (two ``ConfigError`` classes that ``except`` would tell apart).
+    """
+    yield
+    bare = sorted(name for name in sys.modules if name.split(".")[0] in _BARE)
+    assert not bare, f"modules loaded under a bare name, not fastslow.*: {bare}"
 
 
 @pytest.fixture

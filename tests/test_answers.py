@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from router import Answer, Choice, EngineProtocolError, Score, normalise_distribution
+from fastslow.router import Answer, Choice, EngineProtocolError, Score
+from fastslow.router.engine_api import normalise_distribution
 
 
 def _answer(probs: dict[str, float], kind: str = "choice") -> Answer:

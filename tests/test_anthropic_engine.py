@@ -12,9 +12,8 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from pydantic import SecretStr
 
-from engines.chat._anthropic import MAX_TOOL_ROUNDS, AnthropicChatEngine
-from router import (
-    ChatEngine,
+from fastslow.engines.chat._anthropic import MAX_TOOL_ROUNDS, AnthropicChatEngine
+from fastslow.router import (
     ConfigError,
     EngineError,
     EngineHTTPError,
@@ -24,11 +23,10 @@ from router import (
     ModelPrice,
     System2Settings,
     ToolCall,
-    ToolOutcome,
-    ToolSpec,
-    ToolStep,
 )
-from tests.fakes.anthropic_server import Reply, answer, anthropic_server, error, refusal, text, tool_use
+from fastslow.router.engine_api import ChatEngine, ToolOutcome, ToolSpec, ToolStep
+
+from fakes.anthropic_server import Reply, answer, anthropic_server, error, refusal, text, tool_use
 
 REF = "anthropic:claude-sonnet-4-6"
 CANARY = "CANARY-7f3e-thinking"

@@ -9,11 +9,12 @@ from pathlib import Path
 import yaml
 from pydantic import SecretStr
 
-from router import System2Settings
-from tests.fakes.api_server import SEEN_RESPONSES, api_client, new_key, running_api, test_settings
-from tests.fakes.canary import CANARY, ThinkingChat, ThinkingJevServer
-from tests.fakes.databases import database_url, dump_rows, postgres_schema_url  # noqa: F401  (fixtures)
-from tests.fakes.openai_server import openai_server
+from fastslow.router import System2Settings
+
+from fakes.api_server import SEEN_RESPONSES, api_client, new_key, running_api, test_settings
+from fakes.canary import CANARY, ThinkingChat, ThinkingJevServer
+from fakes.databases import database_url, dump_rows, postgres_schema_url  # noqa: F401  (fixtures)
+from fakes.openai_server import openai_server
 
 
 def _escalating_policy(path: Path) -> Path:

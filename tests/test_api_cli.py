@@ -1,4 +1,4 @@
-"""`fastslow keys create`, `fastslow db upgrade` and `fastslow serve`'s start-up errors."""
+"""`fastslow keys create`, `db upgrade`, `init`, `graph list` and `fastslow serve`'s start-up errors."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from api.cli import app
-from api.store import DecisionStore, database_url_for
-from router import Settings
+from fastslow.api.cli import app
+from fastslow.api.store import DecisionStore, database_url_for
+from fastslow.policies import BUILTIN_POLICY, POLICY_FILE_NAME, locate_policy
+from fastslow.router import Settings, get_settings
 
 runner = CliRunner()
 
@@ -63,3 +64,47 @@ def test_mistakes_are_one_line_and_exit_2(
     assert len(lines) == 1 and lines[0].startswith("error: ")
     assert expected in lines[0]
     assert "Traceback" not in result.output
+
+
+def test_init_writes_the_starter_policy_where_fastslow_then_finds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["init"])
+    assert result.exit_code == 0, result.output
+    written = tmp_path / POLICY_FILE_NAME
+    assert written.read_bytes() == BUILTIN_POLICY.read_bytes()
+    assert written.read_text().startswith("# fastslow policy file")  # commented, for editing
+    assert "tasks: support, triage, tool_safety" in result.stderr and "from this folder" in result.stderr
+    assert locate_policy(Settings()).path == written
+
+    again = runner.invoke(app, ["init"])
+    assert again.exit_code == 2 and "exists; pass --force" in again.stderr
+    written.write_text("edited\n")
+    forced = runner.invoke(app, ["init", "--force"])
+    assert forced.exit_code == 0 and written.read_bytes() == BUILTIN_POLICY.read_bytes()
+
+
+def test_init_elsewhere_says_how_to_use_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["init", "conf/policy.yaml"])
+    assert result.exit_code == 2 and "cannot write conf/policy.yaml" in result.stderr
+    (tmp_path / "conf").mkdir()
+    result = runner.invoke(app, ["init", "conf/policy.yaml"])
+    assert result.exit_code == 0, result.output
+    assert f"FASTSLOW_POLICY_FILE={tmp_path / 'conf' / 'policy.yaml'}" in result.stderr
+
+
+def test_graph_list_names_the_graphs_and_the_policy_in_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["graph", "list"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.split() == ["support-triage", "guarded-tools", "draft-validate"]
+    assert result.stderr == f"policy: {locate_policy(Settings()).describe()}\n"
+    assert str(BUILTIN_POLICY) in result.stderr
+    mine = tmp_path / "mine.yaml"
+    mine.write_bytes(BUILTIN_POLICY.read_bytes())
+    monkeypatch.setenv("FASTSLOW_POLICY_FILE", str(mine))
+    get_settings.cache_clear()
+    result = runner.invoke(app, ["graph", "list"])
+    assert result.stderr == f"policy: {mine} (FASTSLOW_POLICY_FILE)\n"

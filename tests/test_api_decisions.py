@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from api.store import DecisionStore, database_url_for
-from tests.fakes.api_server import RunningApi, api_client, create_key, running_api, test_settings
+from fastslow.api.store import DecisionStore, database_url_for
+
+from fakes.api_server import RunningApi, api_client, create_key, running_api, test_settings
 
 DROP = {"name": "sql", "arguments": {"query": "DROP TABLE customers;"}}
 

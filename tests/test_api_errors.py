@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 import zstandard
 
-from api.app import RateLimit
-from api.store import DecisionStore, database_url_for
-from router import JevSettings
-from tests.fakes.api_server import RunningApi, api_client, create_key, new_key, running_api, test_settings
+from fastslow.api.app import RateLimit
+from fastslow.api.store import DecisionStore, database_url_for
+from fastslow.router import JevSettings
+
+from fakes.api_server import RunningApi, api_client, create_key, new_key, running_api, test_settings
 
 MAX_BODY = 64 * 1024
 CHECK = {"policies": ["tool_safety"], "text": "git: status"}

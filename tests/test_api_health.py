@@ -6,7 +6,7 @@ import asyncio
 import re
 from pathlib import Path
 
-from tests.fakes.api_server import api_client, new_key, running_api, test_settings
+from fakes.api_server import api_client, new_key, running_api, test_settings
 
 DROP = {"policies": ["tool_safety"], "tool_call": {"name": "sql", "arguments": {"query": "DROP TABLE customers;"}}}
 
@@ -32,6 +32,11 @@ async def test_probes_need_no_key_and_report_each_dependency(tmp_path: Path) -> 
     assert ready.status_code == 200
     assert ready.json()["status"] == "ready" and ready.json()["store"] is True
     assert ready.json()["engines"] == {"embedded": True}
+    # Unauthenticated probes name no file or folder of the server.
+    policy = test_settings(tmp_path).policy_file
+    assert policy is not None
+    for body in (health.text, ready.text):
+        assert str(tmp_path) not in body and policy.name not in body
 
 
 async def test_metrics_count_decisions_escalations_latency_and_reloads(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.fakes.api_server import REPO, api_client, test_policy
+from fakes.api_server import REPO, api_client, test_policy
 
 STARTUP_S = 120.0
 ACKNOWLEDGED_BEFORE_KILL = 30
@@ -44,7 +44,12 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "api.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "fastslow.api.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -60,7 +65,7 @@ def _serving(env: dict[str, str], log: Path) -> Iterator[tuple[subprocess.Popen[
     port = _free_port()
     with log.open("ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "api.cli", "serve", "--port", str(port), "--log-level", "warning"],
+            [sys.executable, "-m", "fastslow.api.cli", "serve", "--port", str(port), "--log-level", "warning"],
             cwd=REPO,
             env=env,
             stdout=out,

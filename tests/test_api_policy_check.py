@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.api_server import RunningApi, api_client, create_key, running_api, test_settings
+from fakes.api_server import RunningApi, api_client, create_key, running_api, test_settings
 
 ALLOW = {"name": "kubectl", "arguments": {"args": "get pods -n production"}}
 REVIEW = {"name": "kubectl", "arguments": {"args": "scale deployment api --replicas=0 -n production"}}

@@ -22,8 +22,9 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from api.app import RateLimit
-from tests.fakes.api_server import SEEN_RESPONSES, RunningApi, api_client, create_key, running_api, test_settings
+from fastslow.api.app import RateLimit
+
+from fakes.api_server import SEEN_RESPONSES, RunningApi, api_client, create_key, running_api, test_settings
 
 CHECKS = [
     not_a_server_error,

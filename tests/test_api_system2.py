@@ -10,9 +10,10 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from router import System2Settings
-from tests.fakes.api_server import SEEN_RESPONSES, api_client, new_key, running_api, test_settings
-from tests.fakes.openai_server import openai_server, structured
+from fastslow.router import System2Settings
+
+from fakes.api_server import SEEN_RESPONSES, api_client, new_key, running_api, test_settings
+from fakes.openai_server import openai_server, structured
 
 AMBIGUOUS = "My invoice page crashes when I log in"  # billing, technical or account: System 1 is unsure
 THOUGHT = "CANARY-THOUGHT-7f3a: the customer sounds vague"

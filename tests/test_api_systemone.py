@@ -27,9 +27,10 @@ from typesafe_sdk import (
     TypeSafeUnprocessableEntityError,
 )
 
-from router import JevSettings
-from tests.fakes.api_server import RunningApi, api_client, create_key, running_api, sdk_http_client, test_settings
-from tests.fakes.jev_server import running_jev_server
+from fastslow.router import JevSettings
+
+from fakes.api_server import RunningApi, api_client, create_key, running_api, sdk_http_client, test_settings
+from fakes.jev_server import running_jev_server
 
 QUESTIONS: dict[str, Any] = {
     "refund": Noul(instructions="Does the customer ask for a refund?"),

@@ -10,8 +10,8 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from openai.types.completion_usage import CompletionUsage, PromptTokensDetails
 from pydantic import SecretStr
 
-from engines.chat import AnthropicChatEngine, Frontier, ModelRef, OpenAIChatEngine, OpenAIResponsesEngine
-from router import (
+from fastslow.engines.chat import AnthropicChatEngine, Frontier, ModelRef, OpenAIChatEngine, OpenAIResponsesEngine
+from fastslow.router import (
     ConfigError,
     EngineError,
     EngineHTTPError,
@@ -21,10 +21,10 @@ from router import (
     ModelPrice,
     System2Settings,
     ToolCall,
-    ToolOutcome,
-    ToolSpec,
 )
-from tests.fakes.openai_server import Reply, error, openai_server, structured, text, tool_calls
+from fastslow.router.engine_api import ToolOutcome, ToolSpec
+
+from fakes.openai_server import Reply, error, openai_server, structured, text, tool_calls
 
 SCHEMA = {
     "type": "object",

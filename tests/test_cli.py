@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from api.cli import app
+from fastslow.api.cli import app
 
 REPO = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -72,7 +72,7 @@ def test_decide_answers_offline_on_the_default_engine(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "api.cli",
+            "fastslow.api.cli",
             "decide",
             "-",
             "--examples",

@@ -10,19 +10,21 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import HumanMessage
 
-from api._compose import build_runtime, default_policy_path
-from policies import PolicyStore, load_policy
-from router import ConfigError, Router, Settings
-from tests.fakes.scripted import Chats, OneEngine, ScriptedEngine
+from fastslow.api import build_runtime
+from fastslow.policies import PolicyStore, load_policy
+from fastslow.router import ConfigError, Router, Settings
+
+from fakes.scripted import Chats, OneEngine, ScriptedEngine
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "policy.yaml"
 
 
-def test_a_missing_policy_file_is_a_clear_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match="FASTSLOW_POLICY_FILE"):
-        default_policy_path(Settings())
+def test_a_missing_policy_file_is_a_clear_config_error(tmp_path: Path) -> None:
+    # Set on purpose but absent: never silently replaced by the built-in example.
+    with pytest.raises(ConfigError, match="no such policy file") as raised:
+        build_runtime(Settings(policy_file=tmp_path / "nope.yaml"))
+    assert raised.value.key == "policy_file"
 
 
 async def test_the_shipped_policy_routes_offline_on_the_embedded_engine(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,20 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from router import (
-    Answer,
-    Choice,
-    DecisionEngine,
-    Image,
-    InvalidRequest,
-    NoAnswer,
-    Noul,
-    Question,
-    Score,
-)
-from tests.fakes.embedded import running_embedded_engine
-from tests.fakes.jev_server import running_jev_engine
-from tests.fakes.openai_fakes import running_logprob_engine, running_openai_decisions_engine
+from fastslow.router import Answer, Choice, Image, InvalidRequest, NoAnswer, Noul, Question, Score
+from fastslow.router.engine_api import DecisionEngine
+
+from fakes.embedded import running_embedded_engine
+from fakes.jev_server import running_jev_engine
+from fakes.openai_fakes import running_logprob_engine, running_openai_decisions_engine
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "support_examples.yaml"
 

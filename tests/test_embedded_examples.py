@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from engines.embedded import examples_from_mapping, load_examples
-from router import ConfigError
+from fastslow.engines.embedded import examples_from_mapping, load_examples
+from fastslow.router import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engines.embedded import fit_head
+from fastslow.engines.embedded import fit_head
 
 
 def _blobs(n_per: int, dim: int = 16, spread: float = 0.3, seed: int = 0) -> tuple[np.ndarray, list[int]]:

@@ -11,8 +11,8 @@ import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from pydantic import SecretStr
 
-from engines.chat import Frontier
-from graphs import (
+from fastslow.engines.chat import Frontier
+from fastslow.graphs import (
     GRAPHS,
     NO_FRONTIER,
     TICKET_SCHEMA,
@@ -23,9 +23,8 @@ from graphs import (
     support_graph,
     tool_agent_graph,
 )
-from graphs._tools import MAX_TOOL_ROUNDS
-from router import (
-    ChatResult,
+from fastslow.graphs._tools import MAX_TOOL_ROUNDS
+from fastslow.router import (
     CheckAction,
     CheckTask,
     ConfigError,
@@ -44,8 +43,10 @@ from router import (
     Thresholds,
     ToolCall,
 )
-from tests.fakes.openai_server import openai_server, structured, text, tool_calls
-from tests.fakes.scripted import Chats, OneEngine, ScriptedChat, ScriptedEngine
+from fastslow.router.engine_api import ChatResult
+
+from fakes.openai_server import openai_server, structured, text, tool_calls
+from fakes.scripted import Chats, OneEngine, ScriptedChat, ScriptedEngine
 
 
 def _policy(routes: tuple[str, ...] = ("billing", "technical", "account", "other")) -> PolicySet:

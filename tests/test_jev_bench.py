@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.fakes.jev_server import JevFakeServer, Reply
+from fakes.jev_server import JevFakeServer, Reply
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "live_structured.py"
 

@@ -10,11 +10,10 @@ import httpx2
 import pytest
 from pydantic import SecretStr
 
-from engines.jev import JevEngine
-from router import (
+from fastslow.engines.jev import JevEngine
+from fastslow.router import (
     Answer,
     Choice,
-    DecisionEngine,
     EngineHTTPError,
     EngineProtocolError,
     Image,
@@ -25,10 +24,12 @@ from router import (
     ReadOptions,
     Score,
 )
-from router import JevProfileName as Profile
-from router import JevSettings as Settings
-from tests.fakes.jev_replies import JEV_QUESTIONS, JEV_REPLY, STRUCTURED_QUESTIONS, STRUCTURED_REPLY
-from tests.fakes.jev_server import JevFakeServer, Reply, running_jev_engine, running_jev_server
+from fastslow.router import JevProfileName as Profile
+from fastslow.router import JevSettings as Settings
+from fastslow.router.engine_api import DecisionEngine
+
+from fakes.jev_replies import JEV_QUESTIONS, JEV_REPLY, STRUCTURED_QUESTIONS, STRUCTURED_REPLY
+from fakes.jev_server import JevFakeServer, Reply, running_jev_engine, running_jev_server
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
 ROUTE = Choice(criteria={"billing": None, "technical": "Bugs, outages", "other": None}, instructions="Which team?")

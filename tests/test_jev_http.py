@@ -10,18 +10,12 @@ from typing import Any
 
 import pytest
 
-from engines.jev import JevEngine, backoff_s, error_message, retry_after_s
-from router import (
-    Answer,
-    EngineHTTPError,
-    EngineTimeout,
-    EngineUnavailable,
-    Noul,
-    ReadOptions,
-)
-from router import JevSettings as Settings
-from tests.fakes.jev_replies import ERROR_BODIES, JEV_REPLY
-from tests.fakes.jev_server import JevFakeServer, Reply, running_jev_server
+from fastslow.engines.jev import JevEngine, backoff_s, error_message, retry_after_s
+from fastslow.router import Answer, EngineHTTPError, EngineTimeout, EngineUnavailable, Noul, ReadOptions
+from fastslow.router import JevSettings as Settings
+
+from fakes.jev_replies import ERROR_BODIES, JEV_REPLY
+from fakes.jev_server import JevFakeServer, Reply, running_jev_server
 
 QUESTION = {"refund": Noul(instructions="Does the customer ask for a refund?")}
 FAST = {"retry-after-ms": "5"}

@@ -12,10 +12,12 @@ from pydantic import SecretStr
 from typesafe_sdk import AsyncTypeSafeClient, RetryPolicy
 from typesafe_sdk._core.errors import TypeSafeAPIResponseValidationError
 
-from engines.jev import JevEngine
-from router import Answer, JevSettings, NoAnswer, Question, question_to_wire
-from tests.fakes.jev_replies import JEV_QUESTIONS, JEV_REQUEST, SDK_REJECTS, VALID
-from tests.fakes.jev_server import JevFakeServer, Reply, running_jev_server
+from fastslow.engines.jev import JevEngine
+from fastslow.router import Answer, JevSettings, NoAnswer, Question
+from fastslow.router.engine_api import question_to_wire
+
+from fakes.jev_replies import JEV_QUESTIONS, JEV_REQUEST, SDK_REJECTS, VALID
+from fakes.jev_server import JevFakeServer, Reply, running_jev_server
 
 
 def _sdk_questions(questions: dict[str, Question]) -> dict[str, Any]:

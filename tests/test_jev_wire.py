@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from engines.jev import PROFILES, WireRequest, build_request, encode_body, parse_reply
-from router import (
+from fastslow.engines.jev import PROFILES, WireRequest, build_request, encode_body, parse_reply
+from fastslow.router import (
     Answer,
     Choice,
     EngineProtocolError,
@@ -26,7 +26,8 @@ from router import (
     ReadOptions,
     Score,
 )
-from tests.fakes.jev_replies import (
+
+from fakes.jev_replies import (
     JEV_QUESTIONS,
     JEV_REPLY,
     JEV_REQUEST,

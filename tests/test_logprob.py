@@ -10,11 +10,10 @@ import pytest
 from openai.types import Completion, CompletionChoice
 from openai.types.completion_choice import Logprobs
 
-from engines.logprob import MISSING_LABEL_PENALTY, label_distribution
-from router import (
+from fastslow.engines.logprob import MISSING_LABEL_PENALTY, label_distribution
+from fastslow.router import (
     Answer,
     Choice,
-    DecisionEngine,
     EngineHTTPError,
     EngineProtocolError,
     EngineUnavailable,
@@ -25,7 +24,9 @@ from router import (
     ReadOptions,
     Score,
 )
-from tests.fakes.openai_fakes import FakeCompletionServer, openai_error, running_logprob_engine
+from fastslow.router.engine_api import DecisionEngine
+
+from fakes.openai_fakes import FakeCompletionServer, openai_error, running_logprob_engine
 
 ROUTE = Choice(
     criteria={"billing": "Charges, invoices, refunds", "technical": None, "account": "Login"},

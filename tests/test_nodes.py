@@ -16,9 +16,10 @@ from langgraph.graph import END, START, StateGraph, add_messages
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, Send
 
-from router import Question, Router, State, classify_node, policy_gate_node, router_node
-from tests.fakes.scripted import Chats, OneEngine, ScriptedEngine
-from tests.test_router import _policy
+from fastslow.router import Question, Router, State, classify_node, policy_gate_node, router_node
+
+from fakes.policies import three_task_policy
+from fakes.scripted import Chats, OneEngine, ScriptedEngine
 
 
 def _last(_: Any, new: Any) -> Any:
@@ -59,7 +60,7 @@ def _keyword_script(state: State, name: str, question: Question) -> Any:
 
 
 def _router() -> Router:
-    policy = _policy()
+    policy = three_task_policy()
     return Router(lambda: policy, OneEngine(ScriptedEngine(_keyword_script)), Chats(None))
 
 

@@ -11,12 +11,11 @@ import httpx2
 import pytest
 from openai.types import Decision
 
-from engines.openai_decisions import MAX_IMAGES, OpenAIDecisionsEngine
-from router import (
+from fastslow.engines.openai_decisions import MAX_IMAGES, OpenAIDecisionsEngine
+from fastslow.router import (
     Answer,
     Choice,
     ConfigError,
-    DecisionEngine,
     EngineHTTPError,
     EngineProtocolError,
     EngineTimeout,
@@ -29,7 +28,9 @@ from router import (
     ReadOptions,
     Score,
 )
-from tests.fakes.openai_fakes import FakeDecisionsServer, openai_error, running_openai_decisions_engine
+from fastslow.router.engine_api import DecisionEngine
+
+from fakes.openai_fakes import FakeDecisionsServer, openai_error, running_openai_decisions_engine
 
 ROUTE = Choice(
     criteria={"billing": "Charges, invoices, refunds", "technical": None},

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from policies import load_policy, parse_policy, policy_version
-from router import CheckTask, ConfigError, RouteTask
+from fastslow.policies import load_policy, parse_policy, policy_version
+from fastslow.router import CheckTask, ConfigError, RouteTask
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "policy.yaml"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from policies import PolicyStore, ReloadResult, load_policy, policy_version
-from router import ConfigError, PolicySet, RouteTask
+from fastslow.policies import PolicyStore, ReloadResult, load_policy, policy_version
+from fastslow.router import ConfigError, PolicySet, RouteTask
 
 
 def policy_text(min_confidence: float, *, routes: int = 3) -> str:

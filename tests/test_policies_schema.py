@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from policies import PolicyFile, load_policy, parse_policy
-from router import (
+from fastslow.policies import PolicyFile, load_policy, parse_policy
+from fastslow.router import (
     Calibration,
     CheckAction,
     CheckTask,

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from api import Runtime, build_runtime
-from router import Settings, ToolCall
+from fastslow.api import Runtime, build_runtime
+from fastslow.router import Settings, ToolCall
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

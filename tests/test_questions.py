@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from router import (
-    Choice,
-    InvalidRequest,
-    Noul,
-    Score,
-    question_from_wire,
-    question_to_wire,
-    questions_from_wire,
-    validate_state,
-)
+from fastslow.router import Choice, InvalidRequest, Noul, Score
+from fastslow.router.engine_api import question_from_wire, question_to_wire, questions_from_wire, validate_state
 
 
 def test_each_kind_names_its_options() -> None:

@@ -12,8 +12,8 @@ from openai.types.responses import ResponseUsage
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from pydantic import SecretStr
 
-from engines.chat import OpenAIResponsesEngine
-from router import (
+from fastslow.engines.chat import OpenAIResponsesEngine
+from fastslow.router import (
     ConfigError,
     EngineError,
     EngineHTTPError,
@@ -23,10 +23,10 @@ from router import (
     ModelPrice,
     System2Settings,
     ToolCall,
-    ToolOutcome,
-    ToolSpec,
 )
-from tests.fakes.responses_server import RReply, answer, error, function_calls, responses_server
+from fastslow.router.engine_api import ToolOutcome, ToolSpec
+
+from fakes.responses_server import RReply, answer, error, function_calls, responses_server
 
 SCHEMA = {
     "type": "object",

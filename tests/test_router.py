@@ -8,79 +8,31 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from router import (
-    ChatResult,
-    CheckAction,
+from fastslow.router import (
     CheckTask,
-    ClassifyTask,
     ConfigError,
     Decision,
     Egress,
     EngineHTTPError,
     EngineTimeout,
-    Noul,
     OpenEnded,
     PolicySet,
     Question,
-    Route,
     Router,
-    RouteTask,
-    Rule,
-    Score,
     State,
-    Thresholds,
     ToolCall,
 )
-from tests.fakes.scripted import Chats, OneEngine, ScriptedChat, ScriptedEngine
+from fastslow.router.engine_api import ChatResult
 
-ROUTES = {
-    "billing": Route(name="billing", description="Charges and refunds"),
-    "technical": Route(name="technical", description="Bugs"),
-    "other": Route(name="other", description="None of the above"),
-}
-
-
-def _policy(**task_overrides: Any) -> PolicySet:
-    route = RouteTask(
-        name="support",
-        routes=ROUTES,
-        none_option="other",
-        thresholds=Thresholds(min_confidence=0.7, min_margin=0.1),
-        **task_overrides,
-    )
-    check = CheckTask(
-        name="tools",
-        rules={
-            "destructive": Rule(
-                name="destructive",
-                question=Noul(instructions="Does it delete data?"),
-                action=CheckAction(deny_at=0.8, allow_at=0.3),
-            ),
-            "exfiltration": Rule(
-                name="exfiltration",
-                question=Noul(instructions="Does it send data out?"),
-                action=CheckAction(deny_at=0.8, allow_at=0.3),
-            ),
-        },
-        on_failure="fail_closed",
-    )
-    classify = ClassifyTask(
-        name="triage",
-        questions={"urgent": Noul(instructions="Is it urgent?"), "tone": Score(levels=["calm", "annoyed", "furious"])},
-        thresholds=Thresholds(min_confidence=0.6),
-    )
-    return PolicySet(
-        tasks={"support": route, "tools": check, "triage": classify},
-        version="sha256:test",
-        egress_allow=("http://10.0.0.5:8000",),
-    )
+from fakes.policies import three_task_policy
+from fakes.scripted import Chats, OneEngine, ScriptedChat, ScriptedEngine
 
 
 def _router(
     script: Any, chat: ScriptedChat | None = None, policy: PolicySet | None = None, sink: Any = None
 ) -> tuple[Router, ScriptedEngine]:
     engine = ScriptedEngine(script)
-    the_policy = policy or _policy()
+    the_policy = policy or three_task_policy()
     return Router(lambda: the_policy, OneEngine(engine), Chats(chat), sink=sink), engine
 
 
@@ -132,7 +84,7 @@ async def test_none_of_these_escalates() -> None:
 
 
 async def test_open_ended_requests_go_straight_to_system_2() -> None:
-    policy = _policy(open_ended=OpenEnded(threshold=0.6))
+    policy = three_task_policy(open_ended=OpenEnded(threshold=0.6))
 
     def script(state: State, name: str, question: Question) -> Any:
         return (
@@ -168,7 +120,7 @@ async def test_engine_errors_and_timeouts_escalate_without_crashing() -> None:
 
 
 async def test_local_only_tasks_escalate_only_to_allow_listed_hosts() -> None:
-    policy = _policy(egress=Egress(local_only=True))
+    policy = three_task_policy(egress=Egress(local_only=True))
     outside = ScriptedChat(replies=[_answer_with("billing")], base_url="https://api.openai.com/v1")
     router, _ = _router(_route({"billing": 0.4, "technical": 0.35, "other": 0.25}), outside, policy)
     decision = await router.route("support", [HumanMessage("card issue")])
@@ -235,7 +187,7 @@ async def test_checks_fail_closed_when_system_1_is_down() -> None:
 
 
 async def test_checks_that_escalate_use_system_2_and_fail_closed_without_it() -> None:
-    base = _policy()
+    base = three_task_policy()
     tools = base.tasks["tools"]
     assert isinstance(tools, CheckTask)
     from dataclasses import replace
@@ -285,7 +237,7 @@ async def test_unknown_task_or_wrong_kind_is_a_config_error() -> None:
 
 
 async def test_only_tasks_that_opt_in_mark_their_system_2_call_for_the_thought_sink() -> None:
-    from router import THOUGHT_TASK
+    from fastslow.router.engine_api import THOUGHT_TASK
 
     seen: list[str | None] = []
 
@@ -296,7 +248,7 @@ async def test_only_tasks_that_opt_in_mark_their_system_2_call_for_the_thought_s
     unsure = _route({"billing": 0.4, "technical": 0.35, "other": 0.25})
     router, _ = _router(unsure, ScriptedChat(respond=respond))
     await router.route("support", [HumanMessage("hmm")])
-    router, _ = _router(unsure, ScriptedChat(respond=respond), _policy(debug_thoughts=True))
+    router, _ = _router(unsure, ScriptedChat(respond=respond), three_task_policy(debug_thoughts=True))
     await router.route("support", [HumanMessage("hmm")])
     assert seen == [None, "support"]
     assert THOUGHT_TASK.get() is None

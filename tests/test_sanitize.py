@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from router import CONTROL_STRINGS, neutralise, neutralise_text
+from fastslow.router.engine_api import CONTROL_STRINGS, neutralise, neutralise_text
 
 
 @pytest.mark.parametrize("control", CONTROL_STRINGS)

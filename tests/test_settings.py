@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from router import Settings, get_settings
+from fastslow.router import Settings, get_settings
 
 
 def test_defaults_use_the_embedded_engine() -> None:

@@ -8,22 +8,8 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from router import (
-    Answer,
-    Choice,
-    EngineLimits,
-    EngineReply,
-    Image,
-    InvalidRequest,
-    NoAnswer,
-    Noul,
-    Question,
-    ReadOptions,
-    Score,
-    State,
-    Usage,
-    split_and_ask,
-)
+from fastslow.router import Answer, Choice, Image, InvalidRequest, NoAnswer, Noul, Question, ReadOptions, Score, State
+from fastslow.router.engine_api import EngineLimits, EngineReply, Usage, split_and_ask
 
 
 def _weight(option: str, question: Question) -> float:

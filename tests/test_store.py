@@ -20,12 +20,13 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.exc import IntegrityError
 
-import api
-from api.store import DecisionStore, StoredDecision, database_url_for, upgrade
-from api.store._engine import VERSION_TABLE, alembic_config, sqlite_path, sync_url
-from api.store._models import Base
-from router import ConfigError, Decision, Settings, get_settings
-from tests.fakes.databases import database_url, dump_rows, postgres_schema_url  # noqa: F401  (fixtures)
+from fastslow import api
+from fastslow.api.store import DecisionStore, StoredDecision, database_url_for, upgrade
+from fastslow.api.store._engine import VERSION_TABLE, alembic_config, sqlite_path, sync_url
+from fastslow.api.store._models import Base
+from fastslow.router import ConfigError, Decision, Settings, get_settings
+
+from fakes.databases import database_url, dump_rows, postgres_schema_url  # noqa: F401  (fixtures)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TABLES = {"decisions", "answers", "outcomes", "api_keys"}

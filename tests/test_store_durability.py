@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from api.store import DecisionStore
-from api.store._engine import sqlite_path
-from tests.fakes.databases import database_url, postgres_schema_url  # noqa: F401  (fixtures)
+from fastslow.api.store import DecisionStore
+from fastslow.api.store._engine import sqlite_path
+
+from fakes.databases import database_url, postgres_schema_url  # noqa: F401  (fixtures)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KILL_TARGET = REPO_ROOT / "tests" / "fakes" / "kill_target.py"

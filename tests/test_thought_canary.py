@@ -1,6 +1,6 @@
 """End to end: no model thought survives a graph run, anywhere.
 
-Every provider fake (``tests.fakes.canary``) puts one canary string in every thought field it
+Every provider fake (``fakes.canary``) puts one canary string in every thought field it
 serves. The three ready graphs run through the production path (policy YAML, the engine pool's
 ``JevEngine``, ``Frontier`` and the official SDKs reaching loopback servers through ``base_url``),
 with a SQLite checkpointer, a tool loop behind the policy gate and System-2 escalations. Afterwards
@@ -22,14 +22,15 @@ import pytest
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from pydantic import SecretStr
 
-from engines import EnginePool
-from engines.chat import Frontier, keep_thoughts
-from graphs import run_graph
-from policies import parse_policy
-from router import JevSettings, ModelPrice, Router, Settings, System2Settings
-from tests.fakes.anthropic_server import ScriptedServer as AnthropicServer
-from tests.fakes.anthropic_server import anthropic_server
-from tests.fakes.canary import (
+from fastslow.engines import EnginePool
+from fastslow.engines.chat import Frontier, keep_thoughts
+from fastslow.graphs import run_graph
+from fastslow.policies import parse_policy
+from fastslow.router import JevSettings, ModelPrice, Router, Settings, System2Settings
+
+from fakes.anthropic_server import ScriptedServer as AnthropicServer
+from fakes.anthropic_server import anthropic_server
+from fakes.canary import (
     CANARY,
     GOOD_TICKET,
     INLINE_FORMS,
@@ -38,8 +39,8 @@ from tests.fakes.canary import (
     thinking_anthropic,
     thinking_responses,
 )
-from tests.fakes.openai_server import ScriptedServer, openai_server
-from tests.fakes.responses_server import ResponsesServer, responses_server
+from fakes.openai_server import ScriptedServer, openai_server
+from fakes.responses_server import ResponsesServer, responses_server
 
 POLICY = """
 version: 1
@@ -96,7 +97,7 @@ def _http_servers() -> Iterator[tuple[Servers, dict[str, str]]]:
 async def _world(
     provider: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[Servers, Router, Frontier]]:
-    """The servers, and a router and chat source wired the way ``api.build_runtime`` wires them."""
+    """The servers, and a router and chat source wired the way ``fastslow.api.build_runtime`` wires them."""
     async with AsyncExitStack() as stack:
         servers, urls = stack.enter_context(_http_servers())
         servers.jev.start()

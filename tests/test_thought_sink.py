@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from engines.chat import Frontier, ThoughtSink, keep_thoughts
-from engines.chat._thoughts import final_content, inline_thoughts
-from policies import parse_policy
-from router import System2Settings, TaskCommon
+from fastslow.engines.chat import Frontier, ThoughtSink, keep_thoughts
+from fastslow.engines.chat._thoughts import final_content, inline_thoughts
+from fastslow.policies import parse_policy
+from fastslow.router import System2Settings, TaskCommon
 
 SECRET = "secret plan"
 

@@ -6,15 +6,8 @@ import json
 
 import pytest
 
-from router import (
-    Answer,
-    EngineReply,
-    InvalidRequest,
-    NoAnswer,
-    Usage,
-    parse_systemone_request,
-    render_systemone_reply,
-)
+from fastslow.router import Answer, InvalidRequest, NoAnswer
+from fastslow.router.engine_api import EngineReply, Usage, parse_systemone_request, render_systemone_reply
 
 REQUEST = {
     "model": "jev-latest",

@@ -17,9 +17,9 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from api._compose import build_runtime
-from api.store import DecisionStore, database_url_for
-from router import Settings, get_settings
+from fastslow.api._compose import build_runtime
+from fastslow.api.store import DecisionStore, database_url_for
+from fastslow.router import Settings, get_settings
 
 from . import _decisions, _health, _policy_check, _route, _systemone
 from ._body import RequestBodyMiddleware

@@ -12,7 +12,7 @@ from base64 import b64decode
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from router import Image, InvalidRequest
+from fastslow.router import Image, InvalidRequest
 
 __all__ = ["Part", "read_assets"]
 

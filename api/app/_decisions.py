@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 from sqlalchemy.exc import SQLAlchemyError
 
-from api.store import StoredDecision
+from fastslow.api.store import StoredDecision
 
 from ._errors import ERROR_RESPONSES, ApiError, ErrorBody, StoreUnavailable
 from ._schemas import OutcomeOut, OutcomeRequest, StoredDecisionOut

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from router import ConfigError, EngineError, EngineTimeout, InvalidRequest
+from fastslow.router import ConfigError, EngineError, EngineTimeout, InvalidRequest
 
 __all__ = [
     "ERROR_RESPONSES",

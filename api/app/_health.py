@@ -15,7 +15,8 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from router import ConfigError, DecisionEngine, EngineError
+from fastslow.router import ConfigError, EngineError
+from fastslow.router.engine_api import DecisionEngine
 
 from .deps import ServicesDep
 

@@ -1,7 +1,7 @@
 """OpenAPI description of the Jev gateway (``POST /v1/systemone``), in Jev's own shapes.
 
 The gateway reads its body itself (JSON, zstd-compressed JSON, or multipart with image parts), so
-these models document the wire rather than parse it; ``router.parse_systemone_request`` is the
+these models document the wire rather than parse it; ``fastslow.router.engine_api.parse_systemone_request`` is the
 parser, with the same rules and clearer errors.
 """
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
-from router import Decision
+from fastslow.router import Decision
 
 __all__ = ["ApiMetrics"]
 

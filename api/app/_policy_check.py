@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from fastapi import APIRouter
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from router import CheckResult, PolicySet, Router, ToolCall
+from fastslow.router import CheckResult, PolicySet, Router, ToolCall
 
 from ._errors import ERROR_RESPONSES, ApiError
 from ._schemas import (

@@ -23,8 +23,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.store import RateWindowRow
-from router import Settings
+from fastslow.api.store import RateWindowRow
+from fastslow.router import Settings
 
 from ._errors import StoreUnavailable
 

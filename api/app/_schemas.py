@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.store import StoredDecision, StoredOutcome
-from router import Decision
+from fastslow.api.store import StoredDecision, StoredOutcome
+from fastslow.router import Decision
 
 __all__ = [
     "DecisionOut",

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from api._compose import Runtime
-from api.store import DecisionStore
-from router import Decision, DecisionSink, Router, Settings, State
+from fastslow.api._compose import Runtime
+from fastslow.api.store import DecisionStore
+from fastslow.router import Decision, DecisionSink, Router, Settings, State
 
 from ._errors import StoreUnavailable
 from ._metrics import ApiMetrics

@@ -14,7 +14,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.exc import SQLAlchemyError
 
-from router import Router
+from fastslow.router import Router
 
 from ._errors import ApiError, StoreUnavailable
 from ._services import Services

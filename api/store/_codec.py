@@ -9,15 +9,16 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, cast
 
-from router import Decision, Reason, State, System, Verdict, strip_thoughts
+from fastslow.router import Decision, Reason, State, System, Verdict
+from fastslow.router.engine_api import strip_thoughts
 
 from ._models import ApiKeyRow, DecisionRow, OutcomeRow
 from ._values import ApiKey, StoredDecision, StoredOutcome
 
 __all__ = [
     "KEY_PREFIX",
-    "api_key",
     "answer_rows",
+    "api_key",
     "canonical_state",
     "clean",
     "decision_row",

@@ -19,7 +19,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from router import ConfigError, Settings
+from fastslow.router import ConfigError, Settings
 
 __all__ = ["async_url", "create_store_engine", "database_url_for", "sqlite_path", "sync_url", "upgrade"]
 

@@ -2,7 +2,7 @@
 
 Development only:
 
-    python -m api.store._revision "add a column" [--url DATABASE_URL]
+    python -m fastslow.api.store._revision "add a column" [--url DATABASE_URL]
 
 Without ``--url`` the comparison runs against a scratch SQLite file brought to the newest
 migration; pass a PostgreSQL URL (an empty database) to compare against PostgreSQL's types too.
@@ -27,7 +27,7 @@ def _next_revision() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m api.store._revision")
+    parser = argparse.ArgumentParser(prog="python -m fastslow.api.store._revision")
     parser.add_argument("message")
     parser.add_argument("--url", help="database to compare against (default: a scratch SQLite file)")
     args = parser.parse_args(argv)

@@ -18,7 +18,7 @@ from sqlalchemy import insert, select, text, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from router import Decision, DecisionSink, State
+from fastslow.router import Decision, DecisionSink, State
 
 from ._codec import (
     KEY_PREFIX,
@@ -128,7 +128,7 @@ class DecisionStore:
                 await session.execute(insert(AnswerRow), answers)
 
     def sink(self, tenant: str, *, store_state: Callable[[str], bool] | bool = False) -> DecisionSink:
-        """A ``router.DecisionSink`` that records into this log for ``tenant``.
+        """A ``fastslow.router.DecisionSink`` that records into this log for ``tenant``.
 
         Args:
             tenant: whose decisions these are.

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from router import Decision, Reason, System, Verdict
+from fastslow.router import Decision, Reason, System, Verdict
 
 __all__ = ["ApiKey", "StoredDecision", "StoredOutcome"]
 

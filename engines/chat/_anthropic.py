@@ -26,23 +26,10 @@ from anthropic.types import Message, RedactedThinkingBlock, TextBlock, ThinkingB
 from anthropic.types import Usage as MessageUsage
 from langchain_core.messages import BaseMessage
 
-from router import (
-    ChatResult,
-    ConfigError,
-    Deadline,
-    EngineError,
-    EngineProtocolError,
-    ModelPrice,
-    System2Settings,
-    ToolCall,
-    ToolRunner,
-    ToolSpec,
-    ToolStep,
-    Usage,
-    strip_thoughts,
-)
+from fastslow.engines._sdk_errors import request_timeout
+from fastslow.router import ConfigError, EngineError, EngineProtocolError, ModelPrice, System2Settings, ToolCall
+from fastslow.router.engine_api import ChatResult, Deadline, ToolRunner, ToolSpec, ToolStep, Usage, strip_thoughts
 
-from .._sdk_errors import request_timeout
 from ._anthropic_errors import anthropic_errors
 from ._anthropic_messages import anthropic_tools, to_anthropic
 from ._cost import call_cost, total_cost

@@ -18,11 +18,8 @@ from contextlib import asynccontextmanager
 
 import anthropic
 
-from router import (
-    Deadline,
-)
-
-from .._sdk_errors import sdk_errors
+from fastslow.engines._sdk_errors import sdk_errors
+from fastslow.router.engine_api import Deadline
 
 __all__ = ["anthropic_errors", "error_message"]
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from router import InvalidRequest, ToolSpec
+from fastslow.router import InvalidRequest
+from fastslow.router.engine_api import ToolSpec
 
 __all__ = ["anthropic_tools", "to_anthropic"]
 

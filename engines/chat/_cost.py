@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from router import ModelPrice
+from fastslow.router import ModelPrice
 
 __all__ = ["call_cost", "total_cost"]
 

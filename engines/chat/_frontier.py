@@ -25,7 +25,8 @@ from urllib.parse import urlsplit
 
 import httpx2
 
-from router import ChatEngine, System2Settings
+from fastslow.router import System2Settings
+from fastslow.router.engine_api import ChatEngine
 
 from ._anthropic import AnthropicChatEngine
 from ._openai import OpenAIChatEngine

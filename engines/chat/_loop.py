@@ -7,7 +7,8 @@ from dataclasses import replace
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from router import ChatResult, Deadline, EngineError, ToolRunner, ToolStep, Usage
+from fastslow.router import EngineError
+from fastslow.router.engine_api import ChatResult, Deadline, ToolRunner, ToolStep, Usage
 
 from ._cost import total_cost
 

@@ -1,6 +1,6 @@
 """LangChain messages to the Chat Completions wire, and tool specs to function tools.
 
-User and tool text is neutralised (``router.neutralise_text``) on the way out: a self-hosted server
+User and tool text is neutralised (``fastslow.router.engine_api.neutralise_text``) on the way out: a self-hosted server
 renders it into a chat template, where a ``<|turn>`` typed by a user must stay plain text.
 """
 
@@ -12,7 +12,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from router import InvalidRequest, ToolSpec, neutralise_text, strip_thoughts
+from fastslow.router import InvalidRequest
+from fastslow.router.engine_api import ToolSpec, neutralise_text, strip_thoughts
 
 __all__ = ["function_tools", "to_wire"]
 

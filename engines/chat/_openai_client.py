@@ -13,7 +13,8 @@ import httpx2
 import openai
 from langchain_core.messages import BaseMessage
 
-from router import ChatResult, EngineProtocolError, System2Settings, ToolRunner, ToolSpec
+from fastslow.router import EngineProtocolError, System2Settings
+from fastslow.router.engine_api import ChatResult, ToolRunner, ToolSpec
 
 from ._loop import tool_loop
 from ._ref import ModelRef

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, TypeAlias, get_args
 
-from router import ConfigError
+from fastslow.router import ConfigError
 
 __all__ = ["ModelRef", "Provider"]
 

@@ -17,18 +17,10 @@ import httpx2
 from langchain_core.messages import BaseMessage
 from openai.types.responses import Response
 
-from router import (
-    ChatResult,
-    ConfigError,
-    EngineError,
-    EngineProtocolError,
-    System2Settings,
-    ToolCall,
-    ToolSpec,
-    Usage,
-)
+from fastslow.engines._sdk_errors import openai_errors, request_timeout
+from fastslow.router import ConfigError, EngineError, EngineProtocolError, System2Settings, ToolCall
+from fastslow.router.engine_api import ChatResult, ToolSpec, Usage
 
-from .._sdk_errors import openai_errors, request_timeout
 from ._cost import call_cost
 from ._openai import client_args
 from ._openai_client import OpenAISdkEngine

@@ -1,6 +1,7 @@
 """LangChain messages to the Responses API's ``instructions`` and ``input`` items, tools to function tools.
 
-User and tool text is neutralised (``router.neutralise_text``) on the way out, as for Chat Completions.
+User and tool text is neutralised (``fastslow.router.engine_api.neutralise_text``) on the way out,
+as for Chat Completions.
 Assistant turns carry their final content and tool calls only: reasoning items are never part of
 the history fastslow keeps, so none is ever sent back.
 """
@@ -13,7 +14,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from router import InvalidRequest, ToolSpec, neutralise_text, strip_thoughts
+from fastslow.router import InvalidRequest
+from fastslow.router.engine_api import ToolSpec, neutralise_text, strip_thoughts
 
 __all__ = ["function_tools", "to_input"]
 

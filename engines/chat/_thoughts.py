@@ -22,7 +22,8 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
-from router import THOUGHT_TASK, System2Settings, TaskCommon, strip_thoughts
+from fastslow.router import System2Settings, TaskCommon
+from fastslow.router.engine_api import THOUGHT_TASK, strip_thoughts
 
 __all__ = ["ThoughtSink", "final_content", "inline_thoughts", "keep_thoughts"]
 

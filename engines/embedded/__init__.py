@@ -19,6 +19,7 @@ from ._embedders import (
 from ._example_engine import ExampleEngine
 from ._examples import ExampleSet, QuestionExamples, examples_from_mapping, load_examples
 from ._head import SoftmaxHead, fit_head
+from ._models import EmbeddedModels
 from ._sparrow import SPARROW_MODELS, SparrowEngine
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "SPARROW_MODELS",
     "E5Embedder",
     "EmbeddedEngine",
+    "EmbeddedModels",
     "Embedder",
     "EmbedderName",
     "EmbeddingCache",

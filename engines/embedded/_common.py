@@ -8,7 +8,7 @@ import re
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import TypeVar
 
-from router import (
+from fastslow.router import (
     Answer,
     EngineTimeout,
     EngineUnavailable,
@@ -17,10 +17,8 @@ from router import (
     Question,
     ReadOptions,
     State,
-    neutralise,
-    normalise_distribution,
-    validate_state,
 )
+from fastslow.router.engine_api import neutralise, normalise_distribution, validate_state
 
 __all__ = ["as_text", "check_call", "make_answer", "option_text", "with_budget"]
 

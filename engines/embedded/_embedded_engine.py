@@ -27,25 +27,13 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from router import (
-    Answer,
-    Choice,
-    EmbeddedSettings,
-    EngineLimits,
-    EngineReply,
-    Image,
-    NoAnswer,
-    Question,
-    ReadOptions,
-    State,
-    split_and_ask,
-)
+from fastslow.router import Answer, Choice, EmbeddedSettings, Image, NoAnswer, Question, ReadOptions, State
+from fastslow.router.engine_api import EngineLimits, EngineReply, split_and_ask
 
 from ._cache import EmbeddingCache
 from ._common import as_text, check_call, make_answer, option_text, with_budget
-from ._embedders import Embedder, load_embedder
+from ._embedders import Embedder
 from ._example_engine import ExampleEngine
-from ._examples import load_examples
 from ._sparrow import SparrowEngine
 
 __all__ = ["SIMILARITY_TEMPERATURE", "EmbeddedEngine"]
@@ -95,18 +83,15 @@ class EmbeddedEngine:
     def from_settings(
         cls, settings: EmbeddedSettings | None = None, *, cache_dir: Path | None = None
     ) -> EmbeddedEngine:
-        """Build from ``Settings.embedded`` (blocking: loads models and trains on the examples).
+        """Build from ``Settings.embedded`` (blocking: loads models and trains on the examples file).
 
         Raises:
             ConfigError: a bad examples file, a missing embedder or a model file that fails its hash check.
         """
-        settings = settings or EmbeddedSettings()
-        cache = EmbeddingCache(cache_dir)
-        embedder = load_embedder(settings.embedder)
-        examples = None
-        if settings.examples is not None:
-            examples = ExampleEngine(load_examples(settings.examples), embedder, cache=cache)
-        return cls(sparrow=SparrowEngine(), embedder=embedder, examples=examples, cache=cache)
+        from ._models import EmbeddedModels  # it builds engines of this module
+
+        models = EmbeddedModels(settings, cache_dir=cache_dir)
+        return models.embedded_engine(models.file_examples())
 
     def _blend(self, vector: NDArray[np.float32] | None, question: Choice, probs: dict[str, float]) -> dict[str, float]:
         if vector is None or self.embedder is None or self._temperature is None:
@@ -152,7 +137,7 @@ class EmbeddedEngine:
         images: Sequence[Image] = (),
         options: ReadOptions | None = None,
     ) -> EngineReply:
-        """Answer every question about ``state``; see ``router.DecisionEngine``."""
+        """Answer every question about ``state``; see ``fastslow.router.engine_api.DecisionEngine``."""
         clean = check_call(self.name, self._closed, state, questions, images)
         return await with_budget(self._decide(clean, questions, options), options, engine=self.name)
 

@@ -22,7 +22,7 @@ from typing import Literal, Protocol, TypeAlias, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
-from router import ConfigError
+from fastslow.router import ConfigError
 
 __all__ = [
     "E5Embedder",

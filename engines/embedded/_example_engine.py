@@ -11,22 +11,12 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from router import (
-    Answer,
-    ConfigError,
-    EmbeddedSettings,
-    EngineLimits,
-    EngineReply,
-    Image,
-    NoAnswer,
-    Question,
-    ReadOptions,
-    State,
-)
+from fastslow.router import Answer, ConfigError, EmbeddedSettings, Image, NoAnswer, Question, ReadOptions, State
+from fastslow.router.engine_api import EngineLimits, EngineReply
 
 from ._cache import EmbeddingCache
 from ._common import as_text, check_call, make_answer, with_budget
-from ._embedders import Embedder, load_embedder
+from ._embedders import Embedder
 from ._examples import ExampleSet, load_examples
 from ._head import SoftmaxHead, fit_head
 
@@ -93,9 +83,13 @@ class ExampleEngine:
         Raises:
             ConfigError: no examples file, a bad one, or a model file that fails its hash check.
         """
-        if settings.examples is None:
+        from ._models import EmbeddedModels  # it builds engines of this module
+
+        models = EmbeddedModels(settings, cache_dir=cache_dir)
+        examples = models.file_examples()
+        if examples is None:
             raise ConfigError("the examples engine needs an examples file", key="embedded.examples")
-        return cls.from_file(settings.examples, load_embedder(settings.embedder), cache=EmbeddingCache(cache_dir))
+        return models.example_engine(examples)
 
     def uncovered(self, name: str, question: Question) -> str | None:
         """Why this engine cannot answer ``question`` under ``name``, or ``None`` when it can."""
@@ -131,7 +125,7 @@ class ExampleEngine:
         images: Sequence[Image] = (),
         options: ReadOptions | None = None,
     ) -> EngineReply:
-        """Answer the covered questions about ``state``; see ``router.DecisionEngine``."""
+        """Answer the covered questions about ``state``; see ``fastslow.router.engine_api.DecisionEngine``."""
         clean = check_call(self.name, self._closed, state, questions, images)
         return await with_budget(self._decide(clean, questions), options, engine=self.name)
 

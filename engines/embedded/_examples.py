@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from router import ConfigError
+from fastslow.router import ConfigError
 
 __all__ = ["ExampleSet", "QuestionExamples", "examples_from_mapping", "load_examples"]
 

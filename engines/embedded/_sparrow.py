@@ -10,19 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from router import (
-    Answer,
-    ConfigError,
-    EngineLimits,
-    EngineReply,
-    Image,
-    Noul,
-    Question,
-    ReadOptions,
-    State,
-    question_to_wire,
-    split_and_ask,
-)
+from fastslow.router import Answer, ConfigError, Image, Noul, Question, ReadOptions, State
+from fastslow.router.engine_api import EngineLimits, EngineReply, question_to_wire, split_and_ask
 
 from ._common import check_call, make_answer, with_budget
 from ._embedders import verify_sha256
@@ -41,7 +30,7 @@ class SparrowEngine:
     """Answers any noul, choice or score zero-shot, from its instructions and option texts.
 
     All questions of a call run in one worker thread, so the event loop is never blocked.
-    Scores take at most 10 levels; longer ones are split by ``router.split_and_ask``.
+    Scores take at most 10 levels; longer ones are split by ``fastslow.router.engine_api.split_and_ask``.
 
     Args:
         model: one of ``SPARROW_MODELS``; the bundled file must match its pinned hash.
@@ -84,7 +73,7 @@ class SparrowEngine:
         images: Sequence[Image] = (),
         options: ReadOptions | None = None,
     ) -> EngineReply:
-        """Answer every question about ``state``; see ``router.DecisionEngine``."""
+        """Answer every question about ``state``; see ``fastslow.router.engine_api.DecisionEngine``."""
         clean = check_call(self.name, self._closed, state, questions, images)
         call = split_and_ask(self._ask, self.limits, clean, questions, options=options, engine=self.name)
         return await with_budget(call, options, engine=self.name)

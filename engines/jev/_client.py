@@ -9,19 +9,8 @@ from typing import Literal
 
 import httpx2
 
-from router import (
-    Deadline,
-    EngineLimits,
-    EngineProtocolError,
-    EngineReply,
-    Image,
-    JevSettings,
-    Question,
-    ReadOptions,
-    State,
-    split_and_ask,
-    validate_state,
-)
+from fastslow.router import EngineProtocolError, Image, JevSettings, Question, ReadOptions, State
+from fastslow.router.engine_api import Deadline, EngineLimits, EngineReply, split_and_ask, validate_state
 
 from ._http import post_with_retries
 from ._profiles import PROFILES, JevProfile
@@ -88,7 +77,7 @@ class JevEngine:
         images: Sequence[Image] = (),
         options: ReadOptions | None = None,
     ) -> EngineReply:
-        """Answer every question about ``state``; see ``router.DecisionEngine.decide``.
+        """Answer every question about ``state``; see ``fastslow.router.engine_api.DecisionEngine.decide``.
 
         Raises:
             InvalidRequest: a bad state or question, or images on a profile that takes none.

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from router import Noul, Question, Score, Signals
+from fastslow.router import Noul, Question, Score, Signals
 
 __all__ = ["number", "read_signals", "reads_by_question"]
 

@@ -19,7 +19,8 @@ from typing import Any
 
 import httpx2
 
-from router import Deadline, EngineError, EngineHTTPError, EngineTimeout, EngineUnavailable
+from fastslow.router import EngineError, EngineHTTPError, EngineTimeout, EngineUnavailable
+from fastslow.router.engine_api import Deadline
 
 __all__ = ["backoff_s", "error_message", "post_with_retries", "retry_after_s"]
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from router import EngineLimits, JevProfileName
+from fastslow.router import JevProfileName
+from fastslow.router.engine_api import EngineLimits
 
 __all__ = ["EXTENSIONS", "PROFILES", "Extension", "ImageMode", "JevProfile"]
 

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
-from router import (
+from fastslow.router import (
     Answer,
     Choice,
     EngineProtocolError,
-    EngineReply,
     Image,
     InvalidRequest,
     NoAnswer,
@@ -29,6 +28,9 @@ from router import (
     ReadOptions,
     Score,
     State,
+)
+from fastslow.router.engine_api import (
+    EngineReply,
     Usage,
     neutralise,
     neutralise_text,

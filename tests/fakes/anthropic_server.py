@@ -30,7 +30,7 @@ from anthropic.types import (
     Usage,
 )
 
-__all__ = ["Reply", "ScriptedServer", "anthropic_server", "answer", "error", "refusal", "text", "tool_use"]
+__all__ = ["Reply", "ScriptedServer", "answer", "anthropic_server", "error", "refusal", "text", "tool_use"]
 
 _ERROR_TYPES = {
     400: "invalid_request_error",

@@ -22,9 +22,9 @@ import httpx2
 import uvicorn
 import yaml
 
-from api.app import RateLimit, create_app
-from api.store import DecisionStore, database_url_for
-from router import Settings
+from fastslow.api.app import RateLimit, create_app
+from fastslow.api.store import DecisionStore, database_url_for
+from fastslow.router import Settings
 
 __all__ = [
     "REPO",

@@ -10,7 +10,7 @@ answers within the schema's options, a tool call when tools are offered, text ot
   content's ``<think>…</think>``, ``<|channel>thought\\n…<channel|>``, an unclosed
   ``<|channel>thought …`` and a template-opened ``…</think>``;
 * Anthropic: ``ThinkingBlock`` text and signature and ``RedactedThinkingBlock`` data (the
-  ``tests.fakes.anthropic_server`` fake with ``canary=CANARY``), and inline markup in text blocks;
+  ``fakes.anthropic_server`` fake with ``canary=CANARY``), and inline markup in text blocks;
 * the DiffusionGemma structured server: ``diagnostics.thought.text``.
 
 Each records what it served, so a test can prove the canary was really sent.
@@ -25,16 +25,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakes import anthropic_server
-from tests.fakes.jev_server import JevFakeServer, Recorded
-from tests.fakes.openai_server import Reply
-from tests.fakes.responses_server import RReply
+from fakes import anthropic_server
+from fakes.jev_server import JevFakeServer, Recorded
+from fakes.openai_server import Reply
+from fakes.responses_server import RReply
 
 __all__ = [
+    "BAD_TICKET",
     "CANARY",
     "GOOD_TICKET",
     "INLINE_FORMS",
-    "BAD_TICKET",
     "ThinkingChat",
     "ThinkingJevServer",
     "thinking_anthropic",
@@ -67,7 +67,7 @@ def _structured(schema: Mapping[str, Any], *, draft: bool) -> Any:
 
 @dataclass
 class ThinkingChat:
-    """``respond`` for ``tests.fakes.openai_server``: a vLLM-style server with a reasoning parser."""
+    """``respond`` for ``fakes.openai_server``: a vLLM-style server with a reasoning parser."""
 
     served: list[str] = field(default_factory=list)
     """Which thought carriers went out (``reasoning`` fields and the names of ``INLINE_FORMS``)."""
@@ -90,7 +90,7 @@ class ThinkingChat:
 
 
 def thinking_responses(body: dict[str, Any]) -> RReply:
-    """``respond`` for ``tests.fakes.responses_server``: a reasoning model that also leaks inline markup."""
+    """``respond`` for ``fakes.responses_server``: a reasoning model that also leaks inline markup."""
     reasoning = (f"I should consider {CANARY} first.",)
     items = body.get("input", [])
     fmt = body.get("text", {}).get("format")
@@ -108,7 +108,7 @@ def thinking_responses(body: dict[str, Any]) -> RReply:
 
 
 def thinking_anthropic(body: dict[str, Any]) -> anthropic_server.Reply:
-    """``respond`` for ``tests.fakes.anthropic_server`` (run it with ``canary=CANARY`` for the thinking blocks)."""
+    """``respond`` for ``fakes.anthropic_server`` (run it with ``canary=CANARY`` for the thinking blocks)."""
     tools = {tool["name"]: tool for tool in body.get("tools", [])}
     last = body["messages"][-1]["content"]
     after_tools = isinstance(last, list) and any(block.get("type") == "tool_result" for block in last)

@@ -86,7 +86,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def dump_rows(url: str) -> str:
     """Every row of every table, as text: for checking what the database holds, secrets included."""
-    from api.store._engine import sync_url
+    from fastslow.api.store._engine import sync_url
 
     engine = create_engine(sync_url(url))
     try:

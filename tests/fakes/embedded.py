@@ -11,8 +11,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Literal
 
-from engines.embedded import EmbeddedEngine
-from router import EmbeddedSettings
+from fastslow.engines.embedded import EmbeddedEngine
+from fastslow.router import EmbeddedSettings
 
 _CACHE_DIR: Path | None = None
 

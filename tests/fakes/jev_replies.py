@@ -11,7 +11,7 @@ import copy
 import json
 from typing import Any
 
-from router import Choice, Noul, Question, Score
+from fastslow.router import Choice, Noul, Question, Score
 
 __all__ = [
     "ERROR_BODIES",

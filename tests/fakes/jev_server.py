@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from engines.jev import PROFILES, JevEngine, JevProfile
-from router import JevProfileName, JevSettings
+from fastslow.engines.jev import PROFILES, JevEngine, JevProfile
+from fastslow.router import JevProfileName, JevSettings
 
 __all__ = ["JevFakeServer", "Recorded", "Reply", "running_jev_engine", "running_jev_server"]
 

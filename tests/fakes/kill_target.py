@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from api.store import DecisionStore
-from router import Decision
+from fastslow.api.store import DecisionStore
+from fastslow.router import Decision
 
 
 async def _worker(store: DecisionStore, worker: int) -> None:

@@ -36,9 +36,9 @@ from openai.types.decision import (
 from openai.types.decision import Usage as DecisionUsage
 from pydantic import SecretStr
 
-from engines.logprob import LogprobEngine
-from engines.openai_decisions import OpenAIDecisionsEngine
-from router import LogprobSettings, OpenAIDecisionsSettings
+from fastslow.engines.logprob import LogprobEngine
+from fastslow.engines.openai_decisions import OpenAIDecisionsEngine
+from fastslow.router import LogprobSettings, OpenAIDecisionsSettings
 
 __all__ = [
     "FakeCompletionServer",

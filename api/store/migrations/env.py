@@ -1,7 +1,7 @@
-"""Alembic environment for the decision log, run by ``api.store.upgrade`` (no alembic.ini).
+"""Alembic environment for the decision log, run by ``fastslow.api.store.upgrade`` (no alembic.ini).
 
 The caller hands over an open sync connection in ``config.attributes["connection"]``. For
-``alembic revision --autogenerate`` during development, run ``python -m api.store.revision MESSAGE``.
+``alembic revision --autogenerate`` during development, run ``python -m fastslow.api.store._revision MESSAGE``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import text
 
-from api.store._models import Base
+from fastslow.api.store._models import Base
 
 # Any fixed 64-bit number works; it only has to be the same for every fastslow replica.
 _PG_MIGRATION_LOCK = 0x66617374736C6F77  # "fastslow"
@@ -19,7 +19,7 @@ def _run() -> None:
     config = context.config
     connection = config.attributes["connection"]
     if connection is None:
-        raise RuntimeError("api.store migrations run through api.store.upgrade(url), with a connection")
+        raise RuntimeError("fastslow.api.store migrations run through api.store.upgrade(url), with a connection")
     with connection.begin():
         if connection.dialect.name == "postgresql":
             # Replicas that start together migrate one at a time; the lock ends with the transaction,

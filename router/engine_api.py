@@ -1,0 +1,59 @@
+"""The surface for engine authors: what a System-1 or System-2 engine implements and the helpers it uses.
+
+A System-1 engine implements ``DecisionEngine`` (one async ``decide(state, questions)`` plus
+``aclose()``) and answers with an ``EngineReply`` of ``fastslow.router.Answer`` /
+``fastslow.router.NoAnswer`` values; a request beyond its ``EngineLimits`` is cut to size by
+``split_and_ask``, and ``Deadline`` carries one time budget across retries. A System-2 engine
+implements ``ChatEngine``. The question, answer, setting and error types come from
+``fastslow.router``.
+
+User text reaches an engine only after ``neutralise``; model thoughts never leave an engine
+(``strip_thoughts``).
+"""
+
+from ._answers import EngineReply, Usage, normalise_distribution
+from ._chat import THOUGHT_TASK, ChatEngine, ChatResult, ToolOutcome, ToolRunner, ToolSpec, ToolStep
+from ._engine import DecisionEngine, EngineLimits
+from ._questions import (
+    MAX_STATE_CHARS,
+    NOUL_OPTIONS,
+    question_from_wire,
+    question_to_wire,
+    questions_from_wire,
+    validate_state,
+)
+from ._sanitize import CONTROL_STRINGS, neutralise, neutralise_text, strip_thoughts
+from ._split import AskFn, split_and_ask
+from ._timing import Deadline
+from ._wire import SystemOneRequest, parse_systemone_request, render_systemone_reply
+
+__all__ = [
+    "CONTROL_STRINGS",
+    "MAX_STATE_CHARS",
+    "NOUL_OPTIONS",
+    "THOUGHT_TASK",
+    "AskFn",
+    "ChatEngine",
+    "ChatResult",
+    "Deadline",
+    "DecisionEngine",
+    "EngineLimits",
+    "EngineReply",
+    "SystemOneRequest",
+    "ToolOutcome",
+    "ToolRunner",
+    "ToolSpec",
+    "ToolStep",
+    "Usage",
+    "neutralise",
+    "neutralise_text",
+    "normalise_distribution",
+    "parse_systemone_request",
+    "question_from_wire",
+    "question_to_wire",
+    "questions_from_wire",
+    "render_systemone_reply",
+    "split_and_ask",
+    "strip_thoughts",
+    "validate_state",
+]

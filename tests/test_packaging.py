@@ -1,0 +1,184 @@
+"""fastslow as a user installs it: one ``fastslow`` package in the wheel, working beside the user's own code.
+
+The wheel is built from a copy of the working tree (tracked and untracked, as git would commit it)
+with the setuptools this environment has, so no test reaches a package index.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+PACKAGE_DIRS = sorted({p.split(".")[1] for p in SETUPTOOLS["packages"] if p != "fastslow"})
+
+
+def _source_files() -> list[str]:
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: the wheel is built from the files git would commit")
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    return [name for name in listed.split("\0") if name and (REPO / name).is_file()]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    source = tmp_path_factory.mktemp("source")
+    for name in _source_files():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, source / name)
+    out = tmp_path_factory.mktemp("wheel")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), "."],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (built,) = out.glob("fastslow-*.whl")
+    return built
+
+
+def test_the_wheel_holds_the_fastslow_package_and_its_metadata_only(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names}
+    (dist_info,) = tops - {"fastslow"}
+    assert dist_info.startswith("fastslow-") and dist_info.endswith(".dist-info")
+    # Nothing of the repository but the packages: no tests/, bench/, docs/ or stray root module.
+    root_files = {name.split("/", 1)[1] for name in names if name.count("/") == 1 and name.startswith("fastslow/")}
+    assert root_files == {"__init__.py", "py.typed"}
+    subfolders = {name.split("/")[1] for name in names if name.startswith("fastslow/") and name.count("/") > 1}
+    assert subfolders == {*PACKAGE_DIRS, "examples"}
+    assert f"{dist_info}/licenses/LICENSE" in names
+
+
+def test_the_wheel_has_every_module_and_data_file_of_the_packages(wheel: Path) -> None:
+    in_wheel = {name.removeprefix("fastslow/") for name in zipfile.ZipFile(wheel).namelist()}
+    wanted = {
+        name
+        for name in _source_files()
+        if name.split("/")[0] in PACKAGE_DIRS and "__pycache__" not in name and not name.endswith(".pyc")
+    }
+    assert wanted - in_wheel == set(), "add these to [tool.setuptools] packages or package-data"
+    assert "examples/policy.yaml" in in_wheel
+
+
+def _fresh_venv(base: Path, wheel: Path) -> Path:
+    """A new virtual environment with the wheel installed by pip, its dependencies borrowed from this one.
+
+    Installing the dependencies from an index would make the test depend on the network; a path
+    line pointing at this environment's site-packages gives them, and nothing else: the .pth files
+    there (this checkout's editable install among them) are not read for a path added that way.
+    """
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    installed = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert installed.returncode == 0, installed.stderr
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (Path(purelib) / "zz_borrowed_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv
+
+
+USER_SCRIPT = """
+import sys
+from typing import TypedDict
+
+from langchain_core.messages import AnyMessage, HumanMessage
+from langgraph.graph import END, START, StateGraph
+
+import fastslow
+from fastslow import build_runtime, get_settings, router_node
+
+import api  # the user's own package and router.py, next to this script
+import router
+assert api.MINE and router.MINE
+
+class State(TypedDict, total=False):
+    messages: list[AnyMessage]
+    route: str | None
+    decision: dict
+
+def team(name):
+    def node(state):
+        return {"messages": state["messages"]}
+    return node
+
+runtime = build_runtime(get_settings())
+graph = StateGraph(State)
+teams = ("billing", "technical", "account", "frontier")
+graph.add_node("route", router_node(runtime.router, "support"), destinations=teams)
+for name in teams:
+    graph.add_node(name, team(name))
+    graph.add_edge(name, END)
+graph.add_edge(START, "route")
+final = graph.compile().invoke({"messages": [HumanMessage("I was charged twice for my subscription this month")]})
+modules = sorted(m for m in sys.modules if m.split(".")[0] in ("engines", "policies", "graphs", "api"))
+print(fastslow.__file__)
+print(runtime.policy_source.origin)
+print(modules)
+print(final["route"])
+"""
+
+
+@pytest.mark.slow
+def test_an_installed_wheel_works_beside_the_users_own_api_and_router(wheel: Path, tmp_path: Path) -> None:
+    venv = _fresh_venv(tmp_path, wheel)
+    app = tmp_path / "userapp"
+    (app / "api").mkdir(parents=True)
+    (app / "api" / "__init__.py").write_text(
+        'MINE = True\n\ndef build_runtime():\n    raise RuntimeError("the user s own api package")\n'
+    )
+    (app / "router.py").write_text("MINE = True\nrouter_node = 'not fastslow'\n")
+    (app / "main.py").write_text(USER_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FASTSLOW_", "PYTHON"))}
+    env |= {"FASTSLOW_DATA_DIR": str(tmp_path / "data"), "FASTSLOW_SETTINGS_FILE": str(tmp_path / "none.toml")}
+
+    done = subprocess.run(
+        [venv / "bin" / "python", "main.py"], cwd=app, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    where, origin, bare, route = done.stdout.strip().splitlines()[-4:]
+    assert Path(where).is_relative_to(venv), "fastslow came from the fresh environment"
+    assert origin == "built-in"
+    assert bare == "[]"
+    assert route == "billing"
+
+    ran = subprocess.run(
+        [venv / "bin" / "fastslow", "graph", "run", "support-triage", "--input", "My card keeps getting declined"],
+        cwd=app,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "the built-in example policy" in ran.stderr
+    state = json.loads(ran.stdout)
+    assert state["route"] == "billing" and state["decision"]["system"] == 1
