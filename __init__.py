@@ -25,6 +25,8 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    __version__: str
+
     from .api import Runtime, build_runtime
     from .router import (
         Answer,

@@ -123,6 +123,8 @@ async def test_acknowledged_decisions_survive_kill_9(tmp_path: Path) -> None:
         assert process.wait(timeout=30) == -signal.SIGKILL
 
     assert len(acknowledged) >= 2 * ACKNOWLEDGED_BEFORE_KILL
+    # The server said at start which policy file it runs.
+    assert f"policy: {env['FASTSLOW_POLICY_FILE']} (FASTSLOW_POLICY_FILE)" in log.read_text()
     with _serving(env, log) as (_process, url):
         async with api_client(url, key) as http:
             statuses = [(await http.get(f"/v1/decisions/{decision_id}")).status_code for decision_id in acknowledged]
