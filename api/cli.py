@@ -139,6 +139,7 @@ async def _run_graph(settings: Settings, name: str, text: str) -> dict[str, Any]
     from ._compose import build_runtime
 
     runtime = build_runtime(settings)
+    _say_policy(runtime.policy_source)  # the file the runtime loaded, not a second look-up
     try:
         return await run_graph(
             cast(GraphName, name),
@@ -163,7 +164,6 @@ def graph_run(
     if name not in GRAPHS:
         _fail(f"unknown graph {name!r}; expected one of {', '.join(GRAPHS)}", EXIT_BAD_INPUT)
     settings = _settings(None, None)
-    _say_policy(_policy_source(settings))
     try:
         result = asyncio.run(_run_graph(settings, name, input))
     except ConfigError as exc:

@@ -168,9 +168,10 @@ def test_an_installed_wheel_works_beside_the_users_own_api_and_router(wheel: Pat
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FASTSLOW_", "PYTHON"))}
     env |= {"FASTSLOW_DATA_DIR": str(tmp_path / "data"), "FASTSLOW_SETTINGS_FILE": str(tmp_path / "none.toml")}
 
-    done = subprocess.run(
-        [venv / "bin" / "python", "main.py"], cwd=app, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
+    def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(args, cwd=app, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+    done = run(venv / "bin" / "python", "main.py")
     assert done.returncode == 0, done.stderr
     where, origin, bare, route = done.stdout.strip().splitlines()[-4:]
     assert Path(where).is_relative_to(venv), "fastslow came from the fresh environment"
@@ -178,15 +179,7 @@ def test_an_installed_wheel_works_beside_the_users_own_api_and_router(wheel: Pat
     assert bare == "[]"
     assert route == "billing"
 
-    ran = subprocess.run(
-        [venv / "bin" / "fastslow", "graph", "run", "support-triage", "--input", "My card keeps getting declined"],
-        cwd=app,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    ran = run(venv / "bin" / "fastslow", "graph", "run", "support-triage", "--input", "My card keeps getting declined")
     assert ran.returncode == 0, ran.stderr
     assert "the built-in example policy" in ran.stderr
     state = json.loads(ran.stdout)
