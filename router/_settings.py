@@ -26,9 +26,11 @@ __all__ = [
     "EngineName",
     "JevProfileName",
     "JevSettings",
+    "LimitsSettings",
     "LogprobSettings",
     "ModelPrice",
     "OpenAIDecisionsSettings",
+    "ServerSettings",
     "Settings",
     "System2Settings",
     "get_settings",
@@ -117,6 +119,48 @@ class System2Settings(BaseModel):
     Nothing ever reads it back into a prompt, a graph state or the decision log."""
 
 
+class LimitsSettings(BaseModel):
+    """Work limits and time budgets of every request (``docs/limits.md``).
+
+    What is over a limit is refused before any work is done, with a 4xx naming the limit; what runs
+    stops at its deadline. Together they bound the CPU one request can cost, whatever it holds.
+    """
+
+    request_timeout_s: float = Field(default=30.0, gt=0)
+    """One deadline per HTTP request, honoured by every stage: queueing, System 1, System 2."""
+    gateway_timeout_s: float = Field(default=10.0, gt=0)
+    """Budget of the System-1 call behind ``POST /v1/systemone`` (no policy gives it one)."""
+    max_depth: int = Field(default=64, ge=2, le=512)
+    """Deepest nesting of objects and arrays in a JSON body, a state or tool-call arguments."""
+    max_questions: int = Field(default=64, ge=1)
+    """Questions in one ``/v1/systemone`` request (Jev's own limit)."""
+    max_options: int = Field(default=255, ge=2)
+    """Options of a choice, or levels of a score, in one ``/v1/systemone`` question."""
+    max_argument_chars: int = Field(default=100_000, ge=1)
+    """Size of a tool call's ``arguments`` as compact JSON."""
+    max_engine_reply_bytes: int = Field(default=8_388_608, ge=1024)
+    """Largest reply body fastslow reads from a System-1 server."""
+    local_engine_concurrency: int = Field(default=4, ge=1)
+    """Requests using one in-process engine (embedded, sparrow, examples) at once, per process."""
+    remote_engine_concurrency: int = Field(default=64, ge=1)
+    """Requests using one network engine (jev, openai-decisions, logprob) at once, per process."""
+    engine_queue: int = Field(default=64, ge=0)
+    """Requests waiting for an engine, per engine and process; beyond it the answer is 503."""
+
+
+class ServerSettings(BaseModel):
+    """How the HTTP server protects its connections (``fastslow serve``)."""
+
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    """Time a client has to send a request's headers, from its first byte (or its connection)."""
+    body_timeout_s: float = Field(default=30.0, gt=0)
+    """Time a client has to send a request's whole body once its headers are in; then 408."""
+    keep_alive_timeout_s: float = Field(default=5.0, gt=0)
+    """An idle keep-alive connection is closed after this long."""
+    max_header_bytes: int = Field(default=16_384, ge=1024)
+    """Largest request line plus headers."""
+
+
 class Settings(BaseSettings):
     """Every knob of fastslow; build with ``get_settings()``."""
 
@@ -130,7 +174,8 @@ class Settings(BaseSettings):
     """The System-1 engine used when a task names none."""
     data_dir: Path | None = None
     """Where fastslow keeps its database and caches; the user's data directory when unset."""
-    max_state_chars: int = 1_000_000
+    max_state_chars: int = 100_000
+    """Largest state (a string, or an object or array as compact JSON) any engine is asked about."""
     jev: JevSettings = Field(default_factory=JevSettings)
     openai_decisions: OpenAIDecisionsSettings = Field(default_factory=OpenAIDecisionsSettings)
     logprob: LogprobSettings = Field(default_factory=LogprobSettings)
@@ -141,7 +186,9 @@ class Settings(BaseSettings):
     database_url: str | None = None
     """SQLAlchemy URL of the decision log; a SQLite file under ``data_dir`` when unset."""
     max_body_bytes: int = 1_048_576
-    """Largest HTTP request body the API accepts."""
+    """Largest HTTP request body the API accepts (after decompression)."""
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    server: ServerSettings = Field(default_factory=ServerSettings)
     rate_limit_per_minute: int = 600
     """Requests per API key per minute (counted in the database, shared by replicas); 0: no limit."""
 
