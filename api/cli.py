@@ -72,7 +72,7 @@ def _settings(engine: EngineName | None, examples: Path | None) -> Settings:
 async def _decide(settings: Settings, body: str) -> dict[str, Any]:
     from fastslow.engines import build_engine
 
-    request = parse_systemone_request(body, max_state_chars=settings.max_state_chars)
+    request = parse_systemone_request(body, max_state_chars=settings.max_state_chars, limits=settings.limits)
     engine = build_engine(settings)
     try:
         reply = await engine.decide(request.state, request.questions, options=request.options)
@@ -208,6 +208,7 @@ def serve(
     """Run the HTTP API (OpenAPI docs at /docs); migrations run first, API keys come from `fastslow keys create`."""
     import uvicorn
 
+    from ._server import server_config
     from .app import create_app
 
     settings = _settings(None, None)
@@ -220,9 +221,8 @@ def serve(
         _fail(str(exc), EXIT_BAD_INPUT)
     _say_policy(source)
     _migrate(settings)
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level, ws="none", lifespan="on")
-    )
+    # The connection limits of settings.server (timeouts, header size, framing) come with the config.
+    server = uvicorn.Server(server_config(create_app(settings), settings, host=host, port=port, log_level=log_level))
     server.run()
     if not server.started:
         _fail("the API did not start; see the log above", EXIT_BAD_INPUT)

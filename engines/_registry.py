@@ -60,19 +60,21 @@ def _examples(build: EngineBuild) -> DecisionEngine:
 def _jev(build: EngineBuild) -> DecisionEngine:
     from .jev import JevEngine
 
-    return JevEngine(build.settings.jev)
+    return JevEngine(build.settings.jev, max_reply_bytes=build.settings.limits.max_engine_reply_bytes)
 
 
 def _openai_decisions(build: EngineBuild) -> DecisionEngine:
     from .openai_decisions import OpenAIDecisionsEngine
 
-    return OpenAIDecisionsEngine(build.settings.openai_decisions)
+    return OpenAIDecisionsEngine(
+        build.settings.openai_decisions, max_reply_bytes=build.settings.limits.max_engine_reply_bytes
+    )
 
 
 def _logprob(build: EngineBuild) -> DecisionEngine:
     from .logprob import LogprobEngine
 
-    return LogprobEngine(build.settings.logprob)
+    return LogprobEngine(build.settings.logprob, max_reply_bytes=build.settings.limits.max_engine_reply_bytes)
 
 
 ENGINES: dict[EngineName, EngineFactory] = {

@@ -10,6 +10,8 @@ maps either into ``router``'s tree, in one place (as httpx maps httpcore's excep
     APIStatusError                 -> EngineHTTPError(status, message, retry_after=...)
     APIResponseValidationError     -> EngineProtocolError
     the SDK's base error           -> EngineError
+    an EngineError from below      -> as it is (the reply cap of ``_http_limits``, raised in an
+                                      ``httpx2`` hook, which the SDK neither wraps nor retries)
 
 The SDK carries the one retry loop (``max_retries``, with its own backoff that honours
 ``Retry-After``); these engines never retry on their own.

@@ -15,7 +15,6 @@ completion per question, concurrently.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import string
@@ -42,8 +41,17 @@ from fastslow.router import (
     Signals,
     State,
 )
-from fastslow.router.engine_api import Deadline, EngineLimits, EngineReply, Usage, neutralise, split_and_ask
+from fastslow.router.engine_api import (
+    Deadline,
+    EngineLimits,
+    EngineReply,
+    Usage,
+    gather_all,
+    neutralise,
+    split_and_ask,
+)
 
+from ._http_limits import DEFAULT_MAX_REPLY_BYTES, capped_client
 from ._sdk_errors import api_key_or_deferred_error, openai_errors, request_timeout
 
 __all__ = ["MISSING_LABEL_PENALTY", "LogprobEngine", "label_distribution"]
@@ -78,11 +86,17 @@ class LogprobEngine:
     Args:
         settings: endpoint, model, key, time budget, retries and how many top logprobs to ask for.
         http_client: an ``httpx2.AsyncClient`` to send requests through (tests pass one with a
-            ``MockTransport``). The caller keeps ownership: ``aclose`` leaves it open.
+            ``MockTransport``). The caller keeps ownership: ``aclose`` leaves it open, and the
+            client is used as it is, without the reply cap.
         chat: read the first token of a chat completion (``logprobs=True, top_logprobs=k``)
             instead of a plain completion.
         batch_prompts: send all of a call's prompts in one completions request (vLLM, OpenAI);
             turn off for servers that take one prompt per request. Ignored when ``chat``.
+        max_reply_bytes: the largest reply body the engine's own client reads
+            (``limits.max_engine_reply_bytes``); a longer one is an ``EngineProtocolError``.
+
+    Each call's budget is a deadline for the whole call, retries and every byte of each reply
+    included (the SDK's ``timeout`` is per read, which a trickling server would never trip).
     """
 
     name: str
@@ -95,6 +109,7 @@ class LogprobEngine:
         http_client: httpx2.AsyncClient | None = None,
         chat: bool = False,
         batch_prompts: bool = True,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         self.name = "logprob"
         self.limits = _LIMITS
@@ -105,7 +120,10 @@ class LogprobEngine:
         self._client = openai.AsyncOpenAI(
             api_key=api_key_or_deferred_error(settings.api_key, setting="logprob.api_key"),
             base_url=settings.base_url,
-            http_client=http_client,
+            # The SDK's own client class keeps its connection limits and redirects; the SDK closes it.
+            http_client=http_client
+            if http_client is not None
+            else capped_client(max_reply_bytes, engine=self.name, factory=openai.DefaultAsyncHttpxClient),
             max_retries=settings.max_retries,  # the one retry loop is the SDK's
             timeout=settings.timeout_s,
         )
@@ -198,24 +216,27 @@ class LogprobEngine:
     ) -> list[tuple[int, Completion]]:
         prompts = [_completion_prompt(text, r) for r in reads]
         batches = [prompts] if self._batch else [[p] for p in prompts]
-        completions = await asyncio.gather(
-            *(
+        # Read once, before any call is made: raising between two would leave one never awaited.
+        sampling = self._sampling(options, deadline)
+        completions = await gather_all(
+            [
                 self._client.completions.create(
                     model=self._settings.model,
                     prompt=batch,
                     logprobs=self._settings.top_logprobs,
-                    **self._sampling(options, deadline),
+                    **sampling,
                 )
                 for batch in batches
-            )
+            ]
         )
         return [(len(batch), completion) for batch, completion in zip(batches, completions, strict=True)]
 
     async def _chat_replies(
         self, text: str, reads: list[_Read], options: ReadOptions, deadline: Deadline
     ) -> list[ChatCompletion]:
-        completions = await asyncio.gather(
-            *(
+        sampling = self._sampling(options, deadline)
+        completions = await gather_all(
+            [
                 self._client.chat.completions.create(
                     model=self._settings.model,
                     messages=[
@@ -224,10 +245,10 @@ class LogprobEngine:
                     ],
                     logprobs=True,
                     top_logprobs=self._settings.top_logprobs,
-                    **self._sampling(options, deadline),
+                    **sampling,
                 )
                 for r in reads
-            )
+            ]
         )
         return list(completions)
 

@@ -49,6 +49,7 @@ from fastslow.router.engine_api import (
     split_and_ask,
 )
 
+from ._http_limits import DEFAULT_MAX_REPLY_BYTES, capped_client
 from ._sdk_errors import api_key_or_deferred_error, openai_errors, request_timeout
 
 __all__ = ["MAX_IMAGES", "OpenAIDecisionsEngine"]
@@ -73,13 +74,25 @@ class OpenAIDecisionsEngine:
         settings: model, endpoint, key, time budget and retries. Without a key the SDK's
             ``OPENAI_API_KEY`` is used; a call with neither raises ``ConfigError``.
         http_client: an ``httpx2.AsyncClient`` to send requests through (tests pass one with a
-            ``MockTransport``). The caller keeps ownership: ``aclose`` leaves it open.
+            ``MockTransport``). The caller keeps ownership: ``aclose`` leaves it open, and the
+            client is used as it is, without the reply cap.
+        max_reply_bytes: the largest reply body the engine's own client reads
+            (``limits.max_engine_reply_bytes``); a longer one is an ``EngineProtocolError``.
+
+    Each call's budget is a deadline for the whole call, retries and every byte of each reply
+    included (the SDK's ``timeout`` is per read, which a trickling server would never trip).
     """
 
     name: str
     limits: EngineLimits
 
-    def __init__(self, settings: OpenAIDecisionsSettings, *, http_client: httpx2.AsyncClient | None = None) -> None:
+    def __init__(
+        self,
+        settings: OpenAIDecisionsSettings,
+        *,
+        http_client: httpx2.AsyncClient | None = None,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+    ) -> None:
         self.name = "openai-decisions"
         self.limits = _LIMITS
         self._settings = settings
@@ -89,7 +102,10 @@ class OpenAIDecisionsEngine:
                 settings.api_key, setting="openai_decisions.api_key", env="OPENAI_API_KEY"
             ),
             base_url=settings.base_url,
-            http_client=http_client,
+            # The SDK's own client class keeps its connection limits and redirects; the SDK closes it.
+            http_client=http_client
+            if http_client is not None
+            else capped_client(max_reply_bytes, engine=self.name, factory=openai.DefaultAsyncHttpxClient),
             # The SDK carries the one retry loop (with backoff honouring Retry-After); we add none.
             max_retries=settings.max_retries,
             timeout=settings.timeout_s,

@@ -17,6 +17,9 @@ Errors::
         ├── EngineUnavailable
         ├── EngineHTTPError  (status, body, retry_after)
         └── EngineProtocolError
+    └── Overloaded           an engine's queue is full: nothing was decided, retry later
+
+``request_scope`` gives a request one deadline (and a tenant) that every stage honours.
 """
 
 from ._answers import Answer, NoAnswer, Signals
@@ -78,6 +81,7 @@ from ._tasks import (
     Task,
     TaskCommon,
 )
+from ._work import Overloaded, budget_s, current_deadline, current_tenant, request_scope
 
 __all__ = [
     "Answer",
@@ -115,6 +119,7 @@ __all__ = [
     "OnFailure",
     "OpenAIDecisionsSettings",
     "OpenEnded",
+    "Overloaded",
     "PolicySet",
     "Question",
     "QuestionKind",
@@ -125,6 +130,7 @@ __all__ = [
     "Router",
     "Rule",
     "Score",
+    "ServerSettings",
     "Settings",
     "Signals",
     "State",
@@ -136,12 +142,16 @@ __all__ = [
     "Thresholds",
     "ToolCall",
     "Verdict",
+    "budget_s",
     "calibrate",
     "classify_node",
+    "current_deadline",
+    "current_tenant",
     "decide_answer",
     "decide_check",
     "escalated_by_system2",
     "get_settings",
     "policy_gate_node",
+    "request_scope",
     "router_node",
 ]

@@ -127,10 +127,16 @@ def normalise_distribution(question: Question, probs: Mapping[str, float], *, en
         raw = probs.get(option, 0.0)
         try:
             p = float(raw)
-        except (TypeError, ValueError):
-            raise EngineProtocolError(f"probability of {option!r} is not a number: {raw!r}", engine=engine) from None
+        except (TypeError, ValueError, OverflowError):
+            shown = repr(raw)[:80]
+            raise EngineProtocolError(f"probability of {option!r} is not a number: {shown}", engine=engine) from None
         values.append(p if math.isfinite(p) and p > 0.0 else 0.0)
-    total = math.fsum(values)
+    try:
+        total = math.fsum(values)
+    except OverflowError:  # a few weights near the float maximum: scale them down first
+        peak = max(values)
+        values = [v / peak for v in values]
+        total = math.fsum(values)
     if total <= 0.0:
         raise EngineProtocolError("distribution has no probability mass on the offered options", engine=engine)
     return {option: p / total for option, p in zip(question.options, values, strict=True)}

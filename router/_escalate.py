@@ -6,6 +6,7 @@ with an ``enum``), never free text parsed by a regular expression.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -74,7 +75,11 @@ async def ask_system2(
     )
     messages: list[BaseMessage] = [SystemMessage(_SYSTEM), *context, HumanMessage(prompt)]
     try:
-        result = await chat.complete(messages, schema=option_schema(question), timeout_s=timeout_s)
+        # The SDKs' timeouts are per read: a deadline over the whole call is ours to keep.
+        async with asyncio.timeout(timeout_s):
+            result = await chat.complete(messages, schema=option_schema(question), timeout_s=timeout_s)
+    except TimeoutError:
+        return System2Answer(option=None, model=chat.model, detail=f"System 2 gave no answer within {timeout_s:g} s")
     except EngineError as exc:
         return System2Answer(option=None, model=chat.model, detail=f"System 2 failed: {exc}")
     structured = result.structured

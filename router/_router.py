@@ -26,12 +26,13 @@ from ._decisions import (
     escalated_by_system2,
 )
 from ._engine import DecisionEngine
-from ._errors import ConfigError, EngineError, EngineTimeout
+from ._errors import ConfigError, EngineError, EngineTimeout, InvalidRequest
 from ._escalate import ask_system2
 from ._questions import Question, State
 from ._settings import EngineName
 from ._tasks import CheckTask, ClassifyTask, PolicySet, RouteTask, Task, TaskCommon
 from ._turns import split_turns
+from ._work import budget_s
 
 __all__ = ["ChatSource", "CheckResult", "DecisionSink", "EngineSource", "Router"]
 
@@ -107,9 +108,12 @@ class Router:
         self, task: TaskCommon, policy: PolicySet, state: State, questions: Mapping[str, Question]
     ) -> Mapping[str, Answer | NoAnswer | EngineFailure]:
         engine = self._engines.engine_for(task.engine, policy)
+        # The task's budget, cut to what is left of the request's deadline (request_scope).
+        timeout = budget_s(task.read.timeout_s)
+        options = task.read if timeout == task.read.timeout_s else replace(task.read, timeout_s=timeout)
         try:
-            coro = engine.decide(state, questions, options=task.read)
-            reply = await (asyncio.wait_for(coro, task.read.timeout_s) if task.read.timeout_s else coro)
+            async with asyncio.timeout(timeout):
+                reply = await engine.decide(state, questions, options=options)
         except (TimeoutError, EngineTimeout) as exc:
             failure = EngineFailure(message=f"System 1 timed out: {exc}".rstrip(": "), timeout=True)
             return dict.fromkeys(questions, failure)
@@ -141,7 +145,7 @@ class Router:
             return replace(decision, detail="; ".join(x for x in (decision.detail, why_not) if x))
         token = THOUGHT_TASK.set(task.name if task.debug_thoughts else None)
         try:
-            answer = await ask_system2(chat, question, state, context=context, timeout_s=task.read.timeout_s)
+            answer = await ask_system2(chat, question, state, context=context, timeout_s=budget_s(task.read.timeout_s))
         finally:
             THOUGHT_TASK.reset(token)
         if answer.option is None:
@@ -293,11 +297,18 @@ def _check_state(item: str | ToolCall | Mapping[str, Any], context: Sequence[Bas
         if len(args) == 1 and isinstance(value := next(iter(args.values())), str):
             return f"{name}: {value}"
 
-        def show(v: Any) -> str:
+        def show(k: str, v: Any) -> str:
             plain = isinstance(v, str) and v and not any(c in v for c in ' ,="\n')
-            return v if plain else json.dumps(v, ensure_ascii=False, default=str)
+            if plain:
+                return str(v)
+            # The API bounds arguments' depth (limits.max_depth, at most 512) well inside what the
+            # C encoder takes; a library caller's deeper or cyclic value is refused, not a crash.
+            try:
+                return json.dumps(v, ensure_ascii=False, default=str)
+            except (RecursionError, ValueError) as exc:
+                raise InvalidRequest(f"arguments.{k}", f"cannot be encoded as JSON: {exc}") from None
 
-        return (f"{name}: " + ", ".join(f"{k}={show(v)}" for k, v in args.items())) if args else name
+        return (f"{name}: " + ", ".join(f"{k}={show(k, v)}" for k, v in args.items())) if args else name
 
     body: State
     if isinstance(item, ToolCall):

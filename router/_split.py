@@ -22,6 +22,7 @@ from ._answers import Answer, EngineReply, NoAnswer, Signals, Usage
 from ._engine import EngineLimits, ReadOptions
 from ._errors import InvalidRequest
 from ._questions import Choice, Image, Question, Score, State
+from ._work import gather_all
 
 __all__ = ["AskFn", "split_and_ask"]
 
@@ -98,7 +99,7 @@ async def _ask_chunked(
         async with gate:
             return await ask(state, {n: questions[n] for n in chunk}, images, options)
 
-    replies = await asyncio.gather(*(one(c) for c in chunks))
+    replies = await gather_all([one(c) for c in chunks])
     answers: dict[str, Answer | NoAnswer] = {}
     usage = Usage()
     model = ""

@@ -3,7 +3,9 @@
 A System-1 engine implements ``DecisionEngine`` (one async ``decide(state, questions)`` plus
 ``aclose()``) and answers with an ``EngineReply`` of ``fastslow.router.Answer`` /
 ``fastslow.router.NoAnswer`` values; a request beyond its ``EngineLimits`` is cut to size by
-``split_and_ask``, and ``Deadline`` carries one time budget across retries. A System-2 engine
+``split_and_ask``, and ``Deadline`` carries one time budget across retries. Blocking work runs
+through ``run_blocking`` in bounded steps that check a ``StopToken``; ``FairLock`` shares a model
+between tenants step by step. A System-2 engine
 implements ``ChatEngine``. The question, answer, setting and error types come from
 ``fastslow.router``.
 
@@ -26,12 +28,14 @@ from ._sanitize import CONTROL_STRINGS, neutralise, neutralise_text, strip_thoug
 from ._split import AskFn, split_and_ask
 from ._timing import Deadline
 from ._wire import SystemOneRequest, parse_systemone_request, render_systemone_reply
+from ._work import Abandoned, FairGate, FairLock, StopToken, gather_all, run_blocking
 
 __all__ = [
     "CONTROL_STRINGS",
     "MAX_STATE_CHARS",
     "NOUL_OPTIONS",
     "THOUGHT_TASK",
+    "Abandoned",
     "AskFn",
     "ChatEngine",
     "ChatResult",
@@ -39,12 +43,16 @@ __all__ = [
     "DecisionEngine",
     "EngineLimits",
     "EngineReply",
+    "FairGate",
+    "FairLock",
+    "StopToken",
     "SystemOneRequest",
     "ToolOutcome",
     "ToolRunner",
     "ToolSpec",
     "ToolStep",
     "Usage",
+    "gather_all",
     "neutralise",
     "neutralise_text",
     "normalise_distribution",
@@ -53,6 +61,7 @@ __all__ = [
     "question_to_wire",
     "questions_from_wire",
     "render_systemone_reply",
+    "run_blocking",
     "split_and_ask",
     "strip_thoughts",
     "validate_state",

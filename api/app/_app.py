@@ -22,7 +22,8 @@ from fastslow.api.store import DecisionStore, database_url_for
 from fastslow.router import Settings, get_settings
 
 from . import _decisions, _health, _policy_check, _route, _systemone
-from ._body import RequestBodyMiddleware
+from ._admission import GatedEngines
+from ._body import RequestGuardMiddleware
 from ._errors import install_error_handlers
 from ._jev_schemas import jev_components
 from ._metrics import ApiMetrics
@@ -57,8 +58,14 @@ def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
             stack.callback(runtime.store.add_listener(lambda _old, _new: metrics.policy_reloads.inc()))
             limiter = RateLimiter(decisions.engine, limit)
             await stack.enter_async_context(runtime.store.watching(interval_s=POLICY_WATCH_INTERVAL_S))
+            engines = GatedEngines(runtime.engines, settings.limits, default=settings.engine)
             services = Services(
-                settings=settings, runtime=runtime, decisions=decisions, metrics=metrics, limiter=limiter
+                settings=settings,
+                runtime=runtime,
+                decisions=decisions,
+                metrics=metrics,
+                limiter=limiter,
+                engines=engines,
             )
             log.info("fastslow API ready: policy %s, engine %s", runtime.store.version, settings.engine)
             yield {"services": services}
@@ -83,7 +90,9 @@ def create_app(settings: Settings | None = None, *, rate_limit: RateLimit | None
         summary="Typed System-1 decisions with escalation to System 2: policy checks, routing, a Jev gateway.",
         lifespan=_lifespan(settings, rate_limit if rate_limit is not None else RateLimit.from_settings(settings)),
     )
-    app.add_middleware(RequestBodyMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        RequestGuardMiddleware, max_bytes=settings.max_body_bytes, body_timeout_s=settings.server.body_timeout_s
+    )
     install_error_handlers(app)
     for module in (_policy_check, _route, _systemone, _decisions, _health):
         app.include_router(module.router)

@@ -6,6 +6,7 @@ learns nothing about other tenants.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Path
@@ -14,20 +15,29 @@ from sqlalchemy.exc import SQLAlchemyError
 from fastslow.api.store import StoredDecision
 
 from ._errors import ERROR_RESPONSES, ApiError, ErrorBody, StoreUnavailable
+from ._json import StrictJsonRoute
 from ._schemas import OutcomeOut, OutcomeRequest, StoredDecisionOut
 from .deps import CallerDep, ServicesDep
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1/decisions", tags=["decisions"])
+router = APIRouter(prefix="/v1/decisions", tags=["decisions"], route_class=StrictJsonRoute)
 
 DecisionId = Annotated[str, Path(min_length=1, max_length=64, description="The decision's id.")]
 _RESPONSES = {**ERROR_RESPONSES, 404: {"model": ErrorBody, "description": "No decision with this id for this key."}}
 _VERDICTS = frozenset({"allow", "review", "deny"})
+_ID = re.compile(r"[0-9a-f]{32}")
+"""The shape of every decision id the log holds: ``uuid4().hex``, as ``Decision`` makes them."""
+
+
+def _possible(decision_id: str) -> bool:
+    # An id of another shape cannot be in the log, so it is a 404 without a query: no database
+    # sees a NUL (which PostgreSQL refuses, failing the whole request) or any other odd character.
+    return _ID.fullmatch(decision_id) is not None
 
 
 def _not_found(decision_id: str) -> ApiError:
-    return ApiError(404, f"no decision {decision_id!r} for this API key's tenant")
+    return ApiError(404, f"no decision {decision_id!r} for this API key's tenant", field="decision_id")
 
 
 def _check_label(decision: StoredDecision, label: str) -> None:
@@ -43,6 +53,8 @@ def _check_label(decision: StoredDecision, label: str) -> None:
 @router.get("/{decision_id}", response_model=StoredDecisionOut, responses=_RESPONSES)
 async def get_decision(decision_id: DecisionId, services: ServicesDep, caller: CallerDep) -> StoredDecisionOut:
     """A decision with its calibrated answers."""
+    if not _possible(decision_id):
+        raise _not_found(decision_id)
     try:
         decision = await services.decisions.get(decision_id, tenant=caller.tenant)
     except (SQLAlchemyError, OSError) as exc:
@@ -57,6 +69,8 @@ async def record_outcome(
     decision_id: DecisionId, body: OutcomeRequest, services: ServicesDep, caller: CallerDep
 ) -> OutcomeOut:
     """Record what turned out to be right: the true label, whether System 2 was right, or both."""
+    if not _possible(decision_id):
+        raise _not_found(decision_id)
     if body.label is None and body.system2_correct is None:
         raise ApiError(422, "give label, system2_correct, or both", field="label")
     try:

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from fastslow.router import ConfigError, EngineError, EngineTimeout, InvalidRequest
+from fastslow.router import ConfigError, EngineError, EngineTimeout, InvalidRequest, Overloaded
 
 __all__ = [
     "ERROR_RESPONSES",
@@ -38,11 +38,14 @@ _TYPES: dict[int, str] = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    408: "request_timeout",
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "invalid_request",
     429: "rate_limited",
+    431: "headers_too_large",
     500: "internal",
+    501: "not_implemented",
     503: "unavailable",
 }
 
@@ -64,13 +67,15 @@ class ErrorBody(BaseModel):
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": description}
     for status, description in {
+        400: "Ambiguous request framing (both Content-Length and Transfer-Encoding); the connection is closed.",
         401: "Missing or unknown API key.",
         403: "The API key was revoked.",
+        408: "The request body did not arrive within the server's body timeout.",
         413: "The request body is larger than the server accepts.",
         415: "Unsupported Content-Encoding.",
         422: "The request is invalid; `field` names the culprit.",
         429: "Too many requests for this API key; see Retry-After.",
-        503: "The decision log or an engine is unavailable.",
+        503: "The decision log or an engine is unavailable, or an engine's queue is full; see Retry-After.",
     }.items()
 }
 """OpenAPI ``responses`` shared by every authenticated operation."""
@@ -166,6 +171,13 @@ async def _on_engine(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(503, f"the System-1 engine could not answer: {exc}", kind=kind, headers={"Retry-After": "1"})
 
 
+async def _on_overloaded(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Overloaded)
+    # Refused before any decision was made: nothing was recorded, and a retry is safe.
+    retry = str(max(1, round(exc.retry_after_s)))
+    return error_response(503, f"{exc}", kind="overloaded", headers={"Retry-After": retry})
+
+
 async def _on_config(_request: Request, exc: Exception) -> JSONResponse:
     log.error("configuration error while serving a request: %s", exc)
     return error_response(500, "the server is misconfigured; see its log", kind="config_error")
@@ -183,5 +195,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(InvalidRequest, _on_invalid)
     app.add_exception_handler(EngineError, _on_engine)
+    app.add_exception_handler(Overloaded, _on_overloaded)
     app.add_exception_handler(ConfigError, _on_config)
     app.add_exception_handler(Exception, _on_unexpected)

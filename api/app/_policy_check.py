@@ -8,14 +8,16 @@ the response is sent. Across policies, deny beats review beats allow.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 
 from fastapi import APIRouter
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from fastslow.router import CheckResult, PolicySet, Router, ToolCall
+from fastslow.router import CheckResult, LimitsSettings, PolicySet, Router, ToolCall
 
 from ._errors import ERROR_RESPONSES, ApiError
+from ._json import StrictJsonRoute, json_depth
 from ._schemas import (
     Message,
     PolicyCheckBatchRequest,
@@ -29,7 +31,7 @@ from .deps import ServicesDep, TenantRouterDep
 
 __all__ = ["router", "to_messages"]
 
-router = APIRouter(prefix="/v1", tags=["policy checks"])
+router = APIRouter(prefix="/v1", tags=["policy checks"], route_class=StrictJsonRoute)
 
 BATCH_CONCURRENCY = 8
 _RANK = {"allow": 0, "review": 1, "deny": 2}
@@ -51,10 +53,32 @@ def _policies(policy: PolicySet, names: Sequence[str], where: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _item(body: PolicyCheckRequest, where: str) -> str | ToolCall:
+def _check_arguments(arguments: dict[str, object], where: str, limits: LimitsSettings) -> None:
+    # The schema cannot see the settings, so the limits are checked here, before any engine runs:
+    # every byte of the arguments is embedded (and recorded), so their size bounds the work.
+    field = f"{where}tool_call.arguments"
+    _depth, deep = json_depth(arguments, max_depth=limits.max_depth)
+    if deep is not None:
+        path = ".".join(str(part) for part in [field, *deep])
+        raise ApiError(
+            422, f"nested deeper than limits.max_depth ({limits.max_depth} levels of objects and arrays)", field=path
+        )
+    # Safe to encode now: the depth is bounded well below the interpreter's recursion limit.
+    size = len(json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), default=str))
+    if size > limits.max_argument_chars:
+        raise ApiError(
+            422,
+            f"the arguments are {size} characters as compact JSON; "
+            f"the limit is limits.max_argument_chars ({limits.max_argument_chars})",
+            field=field,
+        )
+
+
+def _item(body: PolicyCheckRequest, where: str, limits: LimitsSettings) -> str | ToolCall:
     if body.text is not None and body.tool_call is None:
         return body.text
     if body.tool_call is not None and body.text is None:
+        _check_arguments(body.tool_call.arguments, where, limits)
         return ToolCall(id="", name=body.tool_call.name, args=body.tool_call.arguments)
     raise ApiError(422, "give exactly one of text and tool_call", field=f"{where}text")
 
@@ -95,7 +119,7 @@ async def _check(
     tenant_router: Router, services: Services, body: PolicyCheckRequest, where: str = ""
 ) -> PolicyCheckResponse:
     names = _policies(tenant_router.policy, body.policies, where)
-    item = _item(body, where)
+    item = _item(body, where, services.settings.limits)
     context = to_messages(body.context)
     results = await asyncio.gather(*(tenant_router.check(name, item, context=context) for name in names))
     for result in results:
@@ -118,7 +142,7 @@ async def policy_check_batch(
     """Check many items in one call; results come back in the order of ``items``."""
     for i, item in enumerate(body.items):  # refuse a bad item before any decision is made
         _policies(tenant_router.policy, item.policies, f"items.{i}.")
-        _item(item, f"items.{i}.")
+        _item(item, f"items.{i}.", services.settings.limits)
     # Bounded, so one batch cannot take every worker thread of the embedded engine from other callers.
     slots = asyncio.Semaphore(BATCH_CONCURRENCY)
 

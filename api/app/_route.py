@@ -5,13 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from ._errors import ERROR_RESPONSES, ApiError
+from ._json import StrictJsonRoute
 from ._policy_check import to_messages
 from ._schemas import DecisionOut, RouteRequest, RouteResponse
 from .deps import ServicesDep, TenantRouterDep
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1", tags=["routing"])
+router = APIRouter(prefix="/v1", tags=["routing"], route_class=StrictJsonRoute)
 
 
 @router.post("/route", response_model=RouteResponse, responses=ERROR_RESPONSES)

@@ -50,7 +50,10 @@ class ToolCallIn(_Request):
     """A tool call an agent proposes to make."""
 
     name: str = Field(min_length=1, max_length=200, description="The tool's name.")
-    arguments: dict[str, Any] = Field(default_factory=dict, description="The call's arguments.")
+    arguments: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The call's arguments: at most `limits.max_argument_chars` as compact JSON (docs/limits.md).",
+    )
 
 
 class PolicyCheckRequest(_Request):

@@ -14,6 +14,7 @@ from fastslow.api._compose import Runtime
 from fastslow.api.store import DecisionStore
 from fastslow.router import Decision, DecisionSink, Router, Settings, State
 
+from ._admission import GatedEngines
 from ._errors import StoreUnavailable
 from ._metrics import ApiMetrics
 from ._ratelimit import RateLimiter
@@ -47,10 +48,13 @@ class Services:
     decisions: DecisionStore
     metrics: ApiMetrics
     limiter: RateLimiter
+    engines: GatedEngines
+    """The runtime's engines behind their admission gates: what every request decides with."""
 
     def router_for(self, tenant: str) -> Router:
         """The router recording into ``tenant``'s decision log; state is kept where the task's policy says."""
-        router = self.runtime.router
+        runtime = self.runtime
+        router = Router(lambda: runtime.store.current, self.engines, runtime.chats)
 
         def keeps_state(task: str) -> bool:
             found = router.policy.tasks.get(task)

@@ -10,8 +10,10 @@ decisions (no policy applies), so nothing is written to the decision log.
 
 from __future__ import annotations
 
-import json
+import asyncio
+import math
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -19,39 +21,32 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from fastslow.router import EngineError, EngineTimeout, InvalidRequest
+from fastslow.router import EngineError, EngineTimeout, InvalidRequest, budget_s
 from fastslow.router.engine_api import parse_systemone_request, render_systemone_reply
 
 from ._assets import Part, read_assets
 from ._errors import ERROR_RESPONSES, ApiError
 from ._jev_schemas import SYSTEMONE_REQUEST_BODY, SystemOneResponse
+from ._json import StrictJsonRoute, parse_json_body, strict_json
 from .deps import CallerDep, ServicesDep
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1", tags=["Jev gateway"])
+router = APIRouter(prefix="/v1", tags=["Jev gateway"], route_class=StrictJsonRoute)
 
 REQUEST_ID_HEADER = "x-typesafe-request-id"
 _MAX_PARTS = 64
 
 
-def _json(raw: bytes | str) -> Any:
-    try:
-        return json.loads(raw)
-    except RecursionError:
-        raise InvalidRequest("body", "the JSON is nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, and UnicodeDecodeError for bytes that are not UTF-8
-        raise InvalidRequest("body", f"invalid JSON: {exc}") from None
-
-
-async def _multipart(request: Request, max_bytes: int) -> tuple[Any, dict[str, Part]]:
+async def _multipart(request: Request, max_bytes: int, max_depth: int) -> tuple[Any, dict[str, Part]]:
     try:
         async with request.form(max_files=_MAX_PARTS, max_fields=_MAX_PARTS, max_part_size=max_bytes) as form:
             body: Any = None
             parts: dict[str, Part] = {}
             for name, value in form.multi_items():
                 if name == "request":
-                    body = _json(await value.read() if isinstance(value, UploadFile) else value)
+                    raw = await value.read() if isinstance(value, UploadFile) else value
+                    body = parse_json_body(raw, max_depth=max_depth, root="request")
                 elif isinstance(value, UploadFile):
                     parts[name] = (value.content_type or "", await value.read())
                 else:
@@ -72,21 +67,30 @@ async def _multipart(request: Request, max_bytes: int) -> tuple[Any, dict[str, P
 )
 async def system_one(request: Request, services: ServicesDep, _caller: CallerDep) -> JSONResponse:
     """Jev's ``/v1/systemone``: named questions about one state, answered by the configured System-1 engine."""
+    settings = services.settings
     media = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     if media == "multipart/form-data":
-        body, parts = await _multipart(request, services.settings.max_body_bytes)
+        body, parts = await _multipart(request, settings.max_body_bytes, settings.limits.max_depth)
     elif media == "application/json" or media.endswith("+json"):
-        body, parts = _json(await request.body()), {}
+        body, parts = await strict_json(request), {}  # parsed already by the route, for JSON types
     else:
         raise ApiError(415, f"unsupported Content-Type {media!r}; send application/json or multipart/form-data")
-    parsed = parse_systemone_request(body, max_state_chars=services.settings.max_state_chars)
+    # Every limit is checked here, before an engine sees anything.
+    parsed = parse_systemone_request(body, max_state_chars=settings.max_state_chars, limits=settings.limits)
     images = read_assets(body.get("assets"), parts)
-    runtime = services.runtime
-    engine = runtime.engines.engine_for(None, runtime.router.policy)
+    # Through its admission gate, as every decision is: a full queue is a 503, not a wait.
+    engine = services.engines.engine_for(None, services.runtime.store.current)
     if images and not engine.limits.accepts_images:
         raise InvalidRequest("assets", f"the configured engine {engine.name!r} does not take images")
+    # No policy gives the gateway a budget: the settings do, and the engine stops at it (503).
+    budget = min(parsed.options.timeout_s or math.inf, settings.limits.gateway_timeout_s)
+    options = replace(parsed.options, timeout_s=budget)
     try:
-        reply = await engine.decide(parsed.state, parsed.questions, images=images, options=parsed.options)
+        try:
+            async with asyncio.timeout(budget_s(budget)):  # for engines that do not keep their budget
+                reply = await engine.decide(parsed.state, parsed.questions, images=images, options=options)
+        except TimeoutError:
+            raise EngineTimeout(f"no answer within {budget:g} s", engine=engine.name) from None
     except EngineError as exc:
         kind = "timeout" if isinstance(exc, EngineTimeout) else "error"
         services.metrics.observe_engine_call(engine.name, None, error=kind)

@@ -1,8 +1,10 @@
-"""Dependencies of the API's routes, as ``Annotated`` aliases.
+"""Dependencies of the API's routes, as ``Annotated`` aliases, and the authentication behind them.
 
-``CallerDep`` authenticates the bearer key (401 missing or unknown, 403 revoked), then counts the
-request against the key's rate limit (429); ``TenantRouterDep`` is the router recording into the
-caller's tenant.
+``authenticate`` checks the bearer key (401 missing or unknown, 403 revoked), then counts the
+request against the key's rate limit (429). The request guard (``_body``) runs it for every path
+under ``/v1/`` before the body is read and leaves the ``Caller`` in the request state;
+``CallerDep`` hands that caller to a route and declares the bearer scheme in OpenAPI.
+``TenantRouterDep`` is the router recording into the caller's tenant.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy.exc import SQLAlchemyError
 
 from fastslow.router import Router
@@ -19,7 +22,19 @@ from fastslow.router import Router
 from ._errors import ApiError, StoreUnavailable
 from ._services import Services
 
-__all__ = ["Caller", "CallerDep", "ServicesDep", "TenantRouterDep", "get_caller", "get_services"]
+__all__ = [
+    "CALLER_STATE",
+    "Caller",
+    "CallerDep",
+    "ServicesDep",
+    "TenantRouterDep",
+    "authenticate",
+    "get_caller",
+    "get_services",
+]
+
+CALLER_STATE = "caller"
+"""The key of the authenticated ``Caller`` in the request state (``scope["state"]``)."""
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
@@ -47,13 +62,18 @@ def get_services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-async def get_caller(
-    services: ServicesDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
-) -> Caller:
-    """Authenticate the request and count it against its key's rate limit."""
-    if credentials is None:
+async def authenticate(services: Services, authorization: str | None) -> Caller:
+    """The caller sending ``Authorization: <authorization>``, counted against its key's rate limit.
+
+    Raises:
+        ApiError: 401 missing or unknown key (with ``WWW-Authenticate: Bearer``), 403 revoked key,
+            429 over the key's rate limit (with ``Retry-After``).
+        StoreUnavailable: the key store or the rate limiter's database did not answer (503).
+    """
+    # Parsed as FastAPI's HTTPBearer parses it, so the check and the OpenAPI scheme agree.
+    scheme, key = get_authorization_scheme_param(authorization)
+    if not (scheme and key) or scheme.lower() != "bearer":
         raise ApiError(401, "missing API key: send `Authorization: Bearer <key>`", headers=_CHALLENGE)
-    key = credentials.credentials
     try:
         record = await services.decisions.authenticate(key)
     except (SQLAlchemyError, OSError) as exc:
@@ -72,6 +92,23 @@ async def get_caller(
             headers={"Retry-After": str(int(wait))},
         )
     return Caller(tenant=record.tenant, key_id=record.id)
+
+
+async def get_caller(
+    request: Request,
+    services: ServicesDep,
+    _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Caller:
+    """The caller the request guard authenticated and counted before the body was read.
+
+    ``_credentials`` is unused: it declares the bearer scheme in OpenAPI on every route that needs a key.
+    """
+    caller = request.scope.get("state", {}).get(CALLER_STATE)
+    if isinstance(caller, Caller):
+        return caller
+    # Only a route outside /v1/, or an app without the guard, gets here: authenticating after the
+    # body is late, but never skipped.
+    return await authenticate(services, request.headers.get("authorization"))
 
 
 CallerDep = Annotated[Caller, Depends(get_caller)]

@@ -45,6 +45,48 @@ def clean(text: str) -> str:
     return text
 
 
+class _Literal(str):
+    """Text already encoded, on the stack of ``_canonical_iteratively``."""
+
+
+def _key(key: Any) -> str:
+    # As json.dumps turns keys into strings (it refuses other types, and so does this).
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, (bool, int, float)):
+        return json.dumps(key)
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+
+
+def _canonical_iteratively(state: Any) -> str:
+    """What ``canonical_state``'s ``json.dumps`` writes, on an explicit stack: for any depth."""
+    out: list[str] = []
+    stack: list[Any] = [state]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _Literal):
+            out.append(node)
+            continue
+        parts: list[Any]
+        if isinstance(node, dict):
+            parts = [_Literal("{")]
+            for i, (key, value) in enumerate(sorted(node.items(), key=lambda item: item[0])):
+                encoded = json.dumps(_key(key), ensure_ascii=False)
+                parts += [_Literal(("," if i else "") + encoded + ":"), value]
+            parts.append(_Literal("}"))
+        elif isinstance(node, (list, tuple)):
+            parts = [_Literal("[")]
+            for i, value in enumerate(node):
+                parts += [_Literal(",")] if i else []
+                parts.append(value)
+            parts.append(_Literal("]"))
+        else:
+            out.append(json.dumps(node, ensure_ascii=False, default=str))
+            continue
+        stack.extend(reversed(parts))
+    return "".join(out)
+
+
 def canonical_state(state: State) -> tuple[str, str]:
     """The state's canonical JSON (sorted keys, no spaces) and the sha256 hex of its UTF-8 bytes.
 
@@ -52,7 +94,11 @@ def canonical_state(state: State) -> tuple[str, str]:
     state" without keeping it. ``default=str`` because a state that reached the log was already
     validated as JSON; recording must not fail after the decision was made.
     """
-    text = json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    try:
+        text = json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    except RecursionError:
+        # The API's depth limit keeps states far from this; a library caller's may not be.
+        text = _canonical_iteratively(state)
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     return text, digest
 

@@ -12,17 +12,23 @@ import logging
 import os
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
 
+from fastslow.router.engine_api import StopToken
+
 from ._embedders import Embedder
 
-__all__ = ["EmbeddingCache", "default_cache_dir"]
+__all__ = ["MEMORY_ONLY_ENTRIES", "EmbeddingCache", "default_cache_dir"]
 
 log = logging.getLogger("fastslow.embedded")
+
+MEMORY_ONLY_ENTRIES = 50_000
+"""Embeddings kept in memory only (``persist=False``), most recent first: about 75 MB at 384 dimensions."""
 
 
 def default_cache_dir() -> Path:
@@ -42,6 +48,7 @@ class EmbeddingCache:
     def __init__(self, directory: Path | None = None) -> None:
         self.directory = directory if directory is not None else default_cache_dir()
         self._memory: dict[str, dict[bytes, NDArray[np.float32]]] = {}
+        self._recent: OrderedDict[tuple[str, bytes], NDArray[np.float32]] = OrderedDict()
         self._lock = threading.Lock()
 
     def _folder(self, model_id: str) -> Path:
@@ -78,25 +85,56 @@ class EmbeddingCache:
         except OSError as exc:  # a read-only or full disk costs speed, not correctness
             log.warning("could not write the embedding cache under %s: %s", folder, exc)
 
-    def embed(self, embedder: Embedder, texts: Sequence[str], *, persist: bool = True) -> NDArray[np.float32]:
+    def embed(
+        self,
+        embedder: Embedder,
+        texts: Sequence[str],
+        *,
+        persist: bool = True,
+        stop: StopToken | None = None,
+    ) -> NDArray[np.float32]:
         """Embeddings of ``texts`` by ``embedder``, running the model only on texts not cached.
 
-        With ``persist=False`` new embeddings are kept in this process's memory only.
+        With ``persist=False`` new embeddings are kept in this process's memory only, and only the
+        most recent ``MEMORY_ONLY_ENTRIES`` of them (they come from requests: option texts of
+        arbitrary questions must not grow the process without bound).
+
+        Raises:
+            Abandoned: ``stop`` said to stop while the model ran.
         """
         keys = [_digest(t) for t in texts]
         with self._lock:
             table = self._load(embedder.model_id)
             missing: dict[bytes, str] = {}
+            found: dict[bytes, NDArray[np.float32]] = {}
             for key, text in zip(keys, texts, strict=True):
-                if key not in table:
+                vector = table.get(key)
+                if vector is None:
+                    vector = self._recent.get((embedder.model_id, key))
+                if vector is None:
                     missing.setdefault(key, text)
-            if missing:
-                fresh = embedder.embed(list(missing.values()))
+                else:
+                    found[key] = vector
+        # The model runs outside the cache's lock: the embedder has its own, fair one, and a long
+        # run must not hold up requests whose texts are all cached.
+        if missing:
+            fresh = embedder.embed(list(missing.values()), stop=stop)
+            with self._lock:
                 for key, vector in zip(missing, fresh, strict=True):
-                    table[key] = vector
+                    found[key] = vector
+                    if persist:
+                        table[key] = vector
+                    else:
+                        self._remember(embedder.model_id, key, vector)
                 if persist:
                     self._write(embedder.model_id, list(missing), fresh)
         out = np.empty((len(texts), embedder.dim), dtype=np.float32)
         for i, key in enumerate(keys):
-            out[i] = table[key]
+            out[i] = found[key]
         return out
+
+    def _remember(self, model_id: str, key: bytes, vector: NDArray[np.float32]) -> None:
+        self._recent[(model_id, key)] = vector
+        self._recent.move_to_end((model_id, key))
+        while len(self._recent) > MEMORY_ONLY_ENTRIES:
+            self._recent.popitem(last=False)

@@ -17,8 +17,9 @@ from fastslow.router import (
     Question,
     ReadOptions,
     State,
+    budget_s,
 )
-from fastslow.router.engine_api import neutralise, normalise_distribution, validate_state
+from fastslow.router.engine_api import Abandoned, neutralise, normalise_distribution, validate_state
 
 __all__ = ["as_text", "check_call", "make_answer", "option_text", "with_budget"]
 
@@ -67,12 +68,16 @@ def make_answer(
 
 
 async def with_budget(call: Awaitable[T], options: ReadOptions | None, *, engine: str) -> T:
-    """Await ``call`` within ``options.timeout_s`` when one is set, raising ``EngineTimeout``."""
-    timeout = options.timeout_s if options is not None else None
-    if timeout is None:
-        return await call
+    """Await ``call`` within ``options.timeout_s`` and the request's deadline, raising ``EngineTimeout``.
+
+    Cancelling ``call`` at the budget tells its worker thread to stop (``run_blocking``), so the
+    work ends within one step of the budget instead of running on for later requests to wait out.
+    """
+    own = options.timeout_s if options is not None else None
+    timeout = budget_s(own)
     try:
         async with asyncio.timeout(timeout):
             return await call
-    except TimeoutError:
-        raise EngineTimeout(f"no answer within {timeout:g} s", engine=engine) from None
+    except (TimeoutError, Abandoned):
+        shown = f"{timeout:g} s" if timeout is not None else "its deadline"
+        raise EngineTimeout(f"no answer within {shown}", engine=engine) from None

@@ -17,7 +17,6 @@ instructions and so cannot tell a topic question from any other. See ``bench/eng
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -28,7 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fastslow.router import Answer, Choice, EmbeddedSettings, Image, NoAnswer, Question, ReadOptions, State
-from fastslow.router.engine_api import EngineLimits, EngineReply, split_and_ask
+from fastslow.router.engine_api import EngineLimits, EngineReply, StopToken, run_blocking, split_and_ask
 
 from ._cache import EmbeddingCache
 from ._common import as_text, check_call, make_answer, option_text, with_budget
@@ -93,12 +92,14 @@ class EmbeddedEngine:
         models = EmbeddedModels(settings, cache_dir=cache_dir)
         return models.embedded_engine(models.file_examples())
 
-    def _blend(self, vector: NDArray[np.float32] | None, question: Choice, probs: dict[str, float]) -> dict[str, float]:
+    def _blend(
+        self, vector: NDArray[np.float32] | None, question: Choice, probs: dict[str, float], stop: StopToken | None
+    ) -> dict[str, float]:
         if vector is None or self.embedder is None or self._temperature is None:
             return probs
         texts = [option_text(o, d) for o, d in question.criteria.items()]
         # Option texts stay out of the disk cache: each new question would leave another small file.
-        vectors = self._cache.embed(self.embedder, texts, persist=False)
+        vectors = self._cache.embed(self.embedder, texts, persist=False, stop=stop)
         sims = (vectors @ vector).astype(np.float64) / self._temperature
         sim_p = np.exp(sims - sims.max())
         sim_p /= sim_p.sum()
@@ -107,24 +108,26 @@ class EmbeddedEngine:
         return {o: float(p) for o, p in zip(question.options, mixed, strict=True)}
 
     def _answer_all(
-        self, state: State, trained: Sequence[str], zero_shot: Mapping[str, Question]
+        self, state: State, trained: Sequence[str], zero_shot: Mapping[str, Question], stop: StopToken | None = None
     ) -> tuple[dict[str, dict[str, float]], str | None]:
-        """Every distribution of one call (blocking); also the blended model name, if any."""
+        """Every distribution of one call (blocking, in steps that ``stop`` can end); also the blended model name."""
         needs_vector = bool(trained) or (
             self._temperature is not None and any(isinstance(q, Choice) for q in zero_shot.values())
         )
         vector = None
         if needs_vector and self.embedder is not None:
-            vector = self.embedder.embed([as_text(state)])[0]
+            vector = self.embedder.embed([as_text(state)], stop=stop)[0]
         out: dict[str, dict[str, float]] = {}
         for name in trained:
             assert self.examples is not None and vector is not None
             out[name] = self.examples.probabilities(vector, name)
         blended = None
         for name, q in zero_shot.items():
+            if stop is not None:
+                stop.check()
             probs = self.sparrow.probabilities(state, q)
             if isinstance(q, Choice) and vector is not None and self._temperature is not None:
-                probs = self._blend(vector, q, probs)
+                probs = self._blend(vector, q, probs, stop)
                 blended = f"{self.sparrow.model}*{self.embedder.name if self.embedder else ''}-similarity"
             out[name] = probs
         return out, blended
@@ -157,7 +160,7 @@ class EmbeddedEngine:
             extra = [] if claimed else trained
             claimed.append(True)
             t0 = time.perf_counter()
-            probs, blended = await asyncio.to_thread(self._answer_all, st, extra, qs)
+            probs, blended = await run_blocking(lambda stop: self._answer_all(st, extra, qs, stop))
             ms = (time.perf_counter() - t0) * 1000.0
             model = self.examples.model if self.examples else ""
             for name in extra:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -12,7 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fastslow.router import Answer, ConfigError, EmbeddedSettings, Image, NoAnswer, Question, ReadOptions, State
-from fastslow.router.engine_api import EngineLimits, EngineReply
+from fastslow.router.engine_api import EngineLimits, EngineReply, StopToken, run_blocking
 
 from ._cache import EmbeddingCache
 from ._common import as_text, check_call, make_answer, with_budget
@@ -106,9 +105,9 @@ class ExampleEngine:
             )
         return None
 
-    def embed_state(self, state: State) -> NDArray[np.float32]:
-        """The state's embedding (blocking). States are never written to the disk cache."""
-        vector: NDArray[np.float32] = self.embedder.embed([as_text(state)])[0]
+    def embed_state(self, state: State, stop: StopToken | None = None) -> NDArray[np.float32]:
+        """The state's embedding (blocking; stops when ``stop`` says). States never reach the disk cache."""
+        vector: NDArray[np.float32] = self.embedder.embed([as_text(state)], stop=stop)[0]
         return vector
 
     def probabilities(self, vector: NDArray[np.float32], name: str) -> dict[str, float]:
@@ -134,7 +133,7 @@ class ExampleEngine:
         reasons = {name: self.uncovered(name, q) for name, q in questions.items()}
         vector = None
         if any(r is None for r in reasons.values()):
-            vector = await asyncio.to_thread(self.embed_state, state)
+            vector = await run_blocking(lambda stop: self.embed_state(state, stop))
         elapsed = (time.perf_counter() - started) * 1000.0
         answers: dict[str, Answer | NoAnswer] = {}
         for name, q in questions.items():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -11,7 +10,14 @@ from typing import Any
 import numpy as np
 
 from fastslow.router import Answer, ConfigError, Image, Noul, Question, ReadOptions, State
-from fastslow.router.engine_api import EngineLimits, EngineReply, question_to_wire, split_and_ask
+from fastslow.router.engine_api import (
+    EngineLimits,
+    EngineReply,
+    StopToken,
+    question_to_wire,
+    run_blocking,
+    split_and_ask,
+)
 
 from ._common import check_call, make_answer, with_budget
 from ._embedders import verify_sha256
@@ -62,8 +68,16 @@ class SparrowEngine:
             return {"yes": probs["true"], "no": probs["false"]}
         return probs
 
-    def probabilities_many(self, state: State, questions: Mapping[str, Question]) -> dict[str, dict[str, float]]:
-        return {name: self.probabilities(state, q) for name, q in questions.items()}
+    def probabilities_many(
+        self, state: State, questions: Mapping[str, Question], stop: StopToken | None = None
+    ) -> dict[str, dict[str, float]]:
+        """Every question's distribution, one question per step (``stop`` is checked between them)."""
+        out: dict[str, dict[str, float]] = {}
+        for name, q in questions.items():
+            if stop is not None:
+                stop.check()
+            out[name] = self.probabilities(state, q)
+        return out
 
     async def decide(
         self,
@@ -82,7 +96,7 @@ class SparrowEngine:
         self, state: State, questions: Mapping[str, Question], _images: Sequence[Image], _options: ReadOptions
     ) -> EngineReply:
         started = time.perf_counter()
-        probs = await asyncio.to_thread(self.probabilities_many, state, questions)
+        probs = await run_blocking(lambda stop: self.probabilities_many(state, questions, stop))
         elapsed = (time.perf_counter() - started) * 1000.0
         answers: dict[str, Answer] = {
             name: make_answer(name, q, probs[name], engine=self.name, model=self.model, latency_ms=elapsed)

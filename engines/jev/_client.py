@@ -9,6 +9,7 @@ from typing import Literal
 
 import httpx2
 
+from fastslow.engines._http_limits import DEFAULT_MAX_REPLY_BYTES
 from fastslow.router import EngineProtocolError, Image, JevSettings, Question, ReadOptions, State
 from fastslow.router.engine_api import Deadline, EngineLimits, EngineReply, split_and_ask, validate_state
 
@@ -30,13 +31,16 @@ class JevEngine:
     One ``httpx2.AsyncClient`` is reused for every call (pass ``http_client`` to share one; the
     engine then leaves closing it to you). Each ``decide`` call has one time budget
     (``ReadOptions.timeout_s``, else ``settings.timeout_s``) shared by every request it makes,
-    retries and the requests of a split included.
+    retries and the requests of a split included; it bounds each whole exchange, so a server
+    trickling its reply is cut off at the deadline. Reply bodies over ``max_reply_bytes`` are
+    refused (``EngineProtocolError``), whichever client sends.
 
     Args:
         settings: server URL, profile, key, model, budget and retries.
         http_client: an existing client to send through.
         image_upload: how Jev ``assets`` travel: base64 in the JSON body, as multipart parts, or
             ``auto`` (multipart from ``MULTIPART_THRESHOLD_BYTES`` of image data).
+        max_reply_bytes: the largest reply body read (``limits.max_engine_reply_bytes``).
     """
 
     name: str
@@ -48,6 +52,7 @@ class JevEngine:
         *,
         http_client: httpx2.AsyncClient | None = None,
         image_upload: Literal["auto", "json", "multipart"] = "auto",
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         self.settings = settings
         self.profile: JevProfile = PROFILES[settings.profile]
@@ -56,6 +61,7 @@ class JevEngine:
         self.model: str | None = settings.model or self.profile.default_model
         self.url = settings.base_url.rstrip("/") + self.profile.path
         self._image_upload = image_upload
+        self.max_reply_bytes = max_reply_bytes
         self._owns_client = http_client is None
         self._client = http_client or httpx2.AsyncClient(
             timeout=settings.timeout_s,
@@ -82,9 +88,9 @@ class JevEngine:
         Raises:
             InvalidRequest: a bad state or question, or images on a profile that takes none.
             EngineHTTPError: the server refused (after retries, for retryable statuses).
-            EngineTimeout: the call's budget ran out.
+            EngineTimeout: the call's budget ran out, mid-reply included.
             EngineUnavailable: the server could not be reached.
-            EngineProtocolError: a 2xx reply that is not a Jev reply.
+            EngineProtocolError: a 2xx reply that is not a Jev reply, or a reply over ``max_reply_bytes``.
         """
         opts = options or ReadOptions()
         validate_state(state)
@@ -130,6 +136,7 @@ class JevEngine:
             deadline=deadline,
             max_retries=self.settings.max_retries,
             engine=self.name,
+            max_reply_bytes=self.max_reply_bytes,
         )
         latency_ms = (time.perf_counter() - started) * 1000.0
         try:

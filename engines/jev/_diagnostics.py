@@ -20,7 +20,10 @@ def number(value: Any) -> float | None:
     """A finite JSON number as a float (booleans are not numbers), else ``None``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float
+        return None
     return number if math.isfinite(number) else None
 
 

@@ -3,7 +3,12 @@
 Retries follow ``typesafe-sdk``'s policy: 408, 429, 5xx (529 included), connection errors and
 timeouts; backoff from 0.5 s doubling to a 5 s cap with up to 25 % jitter subtracted;
 ``retry-after-ms`` and ``Retry-After`` (seconds or an HTTP date) win over backoff. Unlike the SDK,
-every attempt and every pause fits in the caller's ``Deadline``: we never sleep past it.
+every attempt and every pause fits in the caller's ``Deadline``: we never sleep past it, and an
+attempt's whole exchange (connect, send, headers, every byte of the body) is cut off at it, since
+``httpx2``'s timeouts are per read and a server trickling its reply would outlive any of them.
+
+Reply bodies are read with a size cap (``fastslow.engines._http_limits``); a reply too large is an
+``EngineProtocolError`` and is not retried.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from typing import Any
 
 import httpx2
 
-from fastslow.router import EngineError, EngineHTTPError, EngineTimeout, EngineUnavailable
+from fastslow.engines._http_limits import DEFAULT_MAX_REPLY_BYTES, limit_reply
+from fastslow.router import EngineError, EngineHTTPError, EngineProtocolError, EngineTimeout, EngineUnavailable
 from fastslow.router.engine_api import Deadline
 
 __all__ = ["backoff_s", "error_message", "post_with_retries", "retry_after_s"]
@@ -116,14 +122,19 @@ async def post_with_retries(
     deadline: Deadline,
     max_retries: int,
     engine: str,
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
 ) -> httpx2.Response:
     """POST until a 2xx reply, a non-retryable status, ``max_retries`` retries or the deadline.
+
+    The response comes back read (``response.content``) and its connection released.
 
     Raises:
         EngineHTTPError: an error status that is not retryable, or the last one when retries or
             time ran out.
-        EngineTimeout: the budget ran out with no reply.
+        EngineTimeout: the budget ran out before a whole reply came.
         EngineUnavailable: the server could not be reached on the last attempt.
+        EngineProtocolError: a reply body over ``max_reply_bytes`` (declared or read), or one that
+            cannot be decoded; neither is retried.
     """
     retry = 0
     last: EngineError | None = None
@@ -134,11 +145,24 @@ async def post_with_retries(
             raise EngineTimeout(f"no reply within the {deadline.budget_s:g} s budget{earlier}", engine=engine)
         wait: float | None = None
         try:
-            response = await client.post(url, content=content, headers=dict(headers), timeout=httpx2.Timeout(remaining))
-        except httpx2.TimeoutException as exc:
-            message = f"no reply within the {deadline.budget_s:g} s budget ({exc!r}){earlier}"
+            async with asyncio.timeout(remaining):
+                response = await _exchange(
+                    client,
+                    url,
+                    content=content,
+                    headers=headers,
+                    timeout_s=remaining,
+                    max_reply_bytes=max_reply_bytes,
+                    engine=engine,
+                )
+        except (httpx2.TimeoutException, TimeoutError) as exc:
+            # asyncio's TimeoutError says nothing; httpx2's names the phase that timed out.
+            detail = f" ({exc!r})" if isinstance(exc, httpx2.TimeoutException) else ""
+            message = f"no whole reply within the {deadline.budget_s:g} s budget{detail}{earlier}"
             last = EngineTimeout(message, engine=engine)
             last.__cause__ = exc
+        except httpx2.DecodingError as exc:
+            raise EngineProtocolError(f"cannot decode the reply body: {exc}", engine=engine) from exc
         except httpx2.TransportError as exc:
             last = EngineUnavailable(f"cannot reach {url}: {exc!r}", engine=engine)
             last.__cause__ = exc
@@ -161,3 +185,28 @@ async def post_with_retries(
             raise last
         await asyncio.sleep(pause)
         retry += 1
+
+
+async def _exchange(
+    client: httpx2.AsyncClient,
+    url: str,
+    *,
+    content: bytes,
+    headers: Mapping[str, str],
+    timeout_s: float,
+    max_reply_bytes: int,
+    engine: str,
+) -> httpx2.Response:
+    """One POST, its body read under the size cap; a reply cut short closes its connection."""
+    request = client.build_request(
+        "POST", url, content=content, headers=dict(headers), timeout=httpx2.Timeout(timeout_s)
+    )
+    response = await client.send(request, stream=True)
+    try:
+        limit_reply(response, max_reply_bytes, engine=engine)
+        await response.aread()
+    except BaseException:
+        # Closing a half-read response closes its connection: the pool never reuses it mid-reply.
+        await response.aclose()
+        raise
+    return response

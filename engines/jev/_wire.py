@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -252,7 +253,7 @@ def _score_probs(answer: Mapping[str, Any], levels: Sequence[str]) -> dict[str, 
     out: dict[str, float] = {}
     for key, p in raw.items():
         text = str(key).strip()
-        index = str(int(text)) if text.isdigit() else by_text.get(text)
+        index = str(int(text)) if text.isascii() and text.isdigit() else by_text.get(text)
         value = number(p)
         if value is None:
             return f"score probability of {text!r} is not a number: {p!r}"
@@ -289,8 +290,15 @@ def _usage(raw: Any) -> Usage:
     if not isinstance(raw, Mapping):
         return Usage()
     counts = [raw.get("input_tokens"), raw.get("output_tokens")]
-    ints = [int(c) if isinstance(c, (int, float)) and not isinstance(c, bool) and c >= 0 else 0 for c in counts]
+    ints = [_count(c) for c in counts]
     return Usage(input_tokens=ints[0], output_tokens=ints[1])
+
+
+def _count(value: Any) -> int:
+    """A token count from the wire; anything that is not a finite non-negative number counts 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        return 0
+    return value if isinstance(value, int) else int(value) if math.isfinite(value) else 0
 
 
 def parse_reply(

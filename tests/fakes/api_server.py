@@ -1,9 +1,10 @@
 """The real API on a loopback port (uvicorn in a thread), clients that keep every response body, and keys.
 
 ``running_api(settings)`` starts ``create_app(settings)`` under uvicorn on 127.0.0.1 with a free
-port, exactly as ``fastslow serve`` runs it (lifespan, migrations, policy watching), and stops it on
-exit. Clients made by ``api_client`` / ``sdk_http_client`` add every response they see to
-``SEEN_RESPONSES``, the list the canary scan reads: nothing a test saw over HTTP escapes it.
+port, exactly as ``fastslow serve`` runs it (``server_config``: lifespan, migrations, policy
+watching, the connection limits of ``settings.server``), and stops it on exit. Clients made by
+``api_client`` / ``sdk_http_client`` add every response they see to ``SEEN_RESPONSES``, the list
+the canary scan reads: nothing a test saw over HTTP escapes it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import httpx2
 import uvicorn
 import yaml
 
+from fastslow.api._server import server_config
 from fastslow.api.app import RateLimit, create_app
 from fastslow.api.store import DecisionStore, database_url_for
 from fastslow.router import Settings
@@ -175,9 +177,9 @@ def running_api(settings: Settings, *, rate_limit: RateLimit | None = None) -> I
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    # ws="none": no websocket library is imported (their deprecation warnings are errors here).
-    config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False, ws="none")
-    server = uvicorn.Server(config)
+    # The configuration `fastslow serve` runs under (ws="none" among it: no websocket library is
+    # imported, whose deprecation warnings are errors here); host and port come from the socket.
+    server = uvicorn.Server(server_config(app, settings, log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="api-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + STARTUP_TIMEOUT_S

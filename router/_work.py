@@ -1,0 +1,335 @@
+"""Work that ends at its deadline and shares an engine fairly between tenants.
+
+Three pieces, used together by the embedded engines and the HTTP API:
+
+* ``request_scope``: one deadline (and the caller's tenant) per request, in a context variable, so
+  every stage (queueing, System 1, System 2) reads the same clock without threading it through
+  every signature. ``asyncio.to_thread`` copies the context, so worker threads see it too.
+* ``run_blocking``: blocking work in a worker thread that is *told* to stop. C code cannot be
+  interrupted mid-call, so long work runs in bounded steps and calls ``StopToken.check()`` between
+  them; when the awaiting coroutine is cancelled (its budget ran out, its client left) the token
+  is cancelled and the thread gives up at its next step instead of running to the end.
+* ``FairLock`` and ``FairGate``: a thread lock and an async admission gate handed out round-robin
+  across tenants (first come, first served within one), so one tenant's many or long requests
+  delay another's by at most one step each. The gate's queue is bounded: beyond it a request is
+  refused at once (``Overloaded``) rather than left waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ._errors import FastslowError
+from ._timing import Deadline
+
+__all__ = [
+    "Abandoned",
+    "FairGate",
+    "FairLock",
+    "Overloaded",
+    "StopToken",
+    "budget_s",
+    "current_deadline",
+    "current_tenant",
+    "gather_all",
+    "request_scope",
+    "run_blocking",
+]
+
+T = TypeVar("T")
+
+_POLL_S = 0.05
+"""How often a thread waiting for a ``FairLock`` looks at its stop token."""
+
+
+class Abandoned(Exception):
+    """Blocking work stopped between steps: its deadline passed or its caller went away."""
+
+
+class Overloaded(FastslowError):
+    """An engine's queue is full: the request was not admitted, and nothing was decided.
+
+    Attributes:
+        engine: the engine whose queue is full.
+        retry_after_s: a hint for the client's next attempt.
+    """
+
+    def __init__(self, engine: str, *, queued: int, retry_after_s: float = 1.0) -> None:
+        self.engine = engine
+        self.retry_after_s = retry_after_s
+        super().__init__(f"engine {engine!r} is busy: {queued} requests are already waiting for it; retry later")
+
+
+@dataclass(frozen=True, slots=True)
+class _Scope:
+    deadline: Deadline | None
+    tenant: str
+
+
+_SCOPE: ContextVar[_Scope | None] = ContextVar("fastslow_request_scope", default=None)
+
+
+@contextmanager
+def request_scope(*, timeout_s: float | None = None, tenant: str = "") -> Iterator[Deadline | None]:
+    """Run the block under one deadline of ``timeout_s`` (none when ``None``) on behalf of ``tenant``.
+
+    A scope inside another keeps the earlier (outer) deadline when it is sooner.
+    """
+    outer = _SCOPE.get()
+    deadline = Deadline(timeout_s) if timeout_s is not None else None
+    if outer is not None and outer.deadline is not None:
+        if deadline is None or outer.deadline.remaining < deadline.remaining:
+            deadline = outer.deadline
+    token = _SCOPE.set(_Scope(deadline=deadline, tenant=tenant or (outer.tenant if outer else "")))
+    try:
+        yield deadline
+    finally:
+        _SCOPE.reset(token)
+
+
+def current_deadline() -> Deadline | None:
+    """The deadline of the request being served, if any."""
+    scope = _SCOPE.get()
+    return scope.deadline if scope is not None else None
+
+
+def current_tenant() -> str:
+    """The tenant of the request being served (``""`` outside any request)."""
+    scope = _SCOPE.get()
+    return scope.tenant if scope is not None else ""
+
+
+def budget_s(own: float | None) -> float | None:
+    """A stage's budget: its own ``own`` seconds, cut to what is left of the request's deadline."""
+    deadline = current_deadline()
+    if deadline is None:
+        return own
+    left = deadline.remaining
+    return left if own is None else min(own, left)
+
+
+class StopToken:
+    """Tells blocking work in another thread to stop; checked between steps.
+
+    Args:
+        deadline: the work also stops once it has passed.
+    """
+
+    def __init__(self, deadline: Deadline | None = None) -> None:
+        self.deadline = deadline
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._cancelled.is_set() or (self.deadline is not None and self.deadline.expired)
+
+    def check(self) -> None:
+        """Raise ``Abandoned`` when the work should stop."""
+        if self._cancelled.is_set():
+            raise Abandoned("the caller stopped waiting")
+        if self.deadline is not None and self.deadline.expired:
+            raise Abandoned(f"past its {self.deadline.budget_s:g} s deadline")
+
+
+async def run_blocking(fn: Callable[[StopToken], T], *, deadline: Deadline | None = None) -> T:
+    """Run ``fn(token)`` in a worker thread; cancelling the await cancels the token.
+
+    The request's deadline (``request_scope``) applies when ``deadline`` is not given.
+    """
+    token = StopToken(deadline if deadline is not None else current_deadline())
+    try:
+        return await asyncio.to_thread(fn, token)
+    except asyncio.CancelledError:
+        token.cancel()
+        raise
+
+
+async def gather_all(calls: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+    """Await every call, results in order; the first failure cancels the others and is raised as it is.
+
+    ``asyncio.gather`` leaves the others running past a failed call (a trickling reply included)
+    until they end on their own; parts of one request must end together.
+    """
+    failure: BaseException | None = None
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(call) for call in calls]
+    except BaseExceptionGroup as failed:
+        failure = failed.exceptions[0]
+    if failure is not None:
+        # Raised outside the handler, so its context is the call's own and not the group's.
+        raise failure
+    return [task.result() for task in tasks]
+
+
+class _Turns:
+    """Waiters per tenant, served round-robin; not thread-safe on its own."""
+
+    def __init__(self) -> None:
+        self._queues: OrderedDict[str, deque[object]] = OrderedDict()
+        self.size = 0
+
+    def waiting(self, tenant: str) -> int:
+        queue = self._queues.get(tenant)
+        return len(queue) if queue is not None else 0
+
+    def add(self, tenant: str, ticket: object) -> None:
+        self._queues.setdefault(tenant, deque()).append(ticket)
+        self.size += 1
+
+    def remove(self, tenant: str, ticket: object) -> bool:
+        queue = self._queues.get(tenant)
+        if queue is None or ticket not in queue:
+            return False
+        queue.remove(ticket)
+        if not queue:
+            del self._queues[tenant]
+        self.size -= 1
+        return True
+
+    def next(self) -> object | None:
+        """The next ticket: the first tenant in turn gives its oldest waiter and goes to the back."""
+        if not self._queues:
+            return None
+        tenant, queue = next(iter(self._queues.items()))
+        ticket = queue.popleft()
+        del self._queues[tenant]
+        if queue:
+            self._queues[tenant] = queue
+        self.size -= 1
+        return ticket
+
+
+class FairLock:
+    """A thread lock granted round-robin across tenants, first come first served within one.
+
+    A plain lock lets a thread that releases and re-acquires in a loop (one embedding window after
+    another) starve the others; here, each release hands the lock to the next tenant in turn, so a
+    short request from one tenant waits for at most one step of each other tenant's work.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._owner: object | None = None
+        self._turns = _Turns()
+
+    def acquire(self, stop: StopToken | None = None) -> object:
+        """Wait for the lock (giving up with ``Abandoned`` when ``stop`` says so); the ticket to release."""
+        ticket = object()
+        tenant = current_tenant()
+        with self._cond:
+            if self._owner is None and self._turns.size == 0:
+                self._owner = ticket
+                return ticket
+            self._turns.add(tenant, ticket)
+            while self._owner is not ticket:
+                if stop is not None and stop.stopped:
+                    # Not granted (we hold the condition and are not the owner): leave the queue.
+                    self._turns.remove(tenant, ticket)
+                    stop.check()
+                self._cond.wait(timeout=_POLL_S if stop is not None else None)
+            return ticket
+
+    def release(self, ticket: object) -> None:
+        with self._cond:
+            if self._owner is not ticket:
+                raise RuntimeError("release of a FairLock not held by this ticket")
+            self._release_locked()
+
+    def _release_locked(self) -> None:
+        self._owner = self._turns.next()
+        self._cond.notify_all()
+
+    @contextmanager
+    def hold(self, stop: StopToken | None = None) -> Iterator[None]:
+        """Hold the lock for one step."""
+        ticket = self.acquire(stop)
+        try:
+            yield
+        finally:
+            self.release(ticket)
+
+
+class FairGate:
+    """Admission to one engine: at most ``capacity`` requests at once, ``queue`` more waiting.
+
+    Waiting requests are admitted round-robin across tenants. A request that finds the queue full,
+    or its own tenant's share of it (``tenant_queue``) taken, is refused at once with
+    ``Overloaded``: one tenant's flood fills its share, not the queue another tenant needs. One
+    whose deadline passes while it waits gets ``TimeoutError``. Per process by design: it guards
+    this process's CPU or connections.
+
+    Args:
+        name: the engine's name, for errors.
+        capacity: requests admitted at once.
+        queue: requests allowed to wait.
+        tenant_queue: requests one tenant may have waiting; a quarter of ``queue`` (at least 1) when omitted.
+    """
+
+    def __init__(self, name: str, *, capacity: int, queue: int, tenant_queue: int | None = None) -> None:
+        if capacity < 1 or queue < 0:
+            raise ValueError("need capacity >= 1 and queue >= 0")
+        self.name = name
+        self.capacity = capacity
+        self.queue = queue
+        self.tenant_queue = tenant_queue if tenant_queue is not None else max(1, queue // 4)
+        self.active = 0
+        self._turns = _Turns()
+
+    @property
+    def waiting(self) -> int:
+        return self._turns.size
+
+    @asynccontextmanager
+    async def admit(self, tenant: str | None = None, deadline: Deadline | None = None) -> AsyncIterator[None]:
+        """Hold one of the gate's places for the block.
+
+        Raises:
+            Overloaded: the queue is full.
+            TimeoutError: ``deadline`` (the request's, when omitted) passed while waiting.
+        """
+        who = current_tenant() if tenant is None else tenant
+        deadline = deadline if deadline is not None else current_deadline()
+        if self.active < self.capacity and self._turns.size == 0:
+            self.active += 1
+        else:
+            await self._wait(who, deadline)
+        try:
+            yield
+        finally:
+            self._leave()
+
+    async def _wait(self, tenant: str, deadline: Deadline | None) -> None:
+        if self._turns.size >= self.queue or self._turns.waiting(tenant) >= self.tenant_queue:
+            raise Overloaded(self.name, queued=self._turns.size)
+        ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._turns.add(tenant, ticket)
+        try:
+            timeout = deadline.remaining if deadline is not None else None
+            async with asyncio.timeout(timeout):
+                await ticket
+        except BaseException:
+            if not self._turns.remove(tenant, ticket) and ticket.done() and not ticket.cancelled():
+                self._leave()  # admitted just as we gave up: hand the place on
+            raise
+
+    def _leave(self) -> None:
+        while True:
+            ticket = self._turns.next()
+            if ticket is None:
+                self.active -= 1
+                return
+            assert isinstance(ticket, asyncio.Future)
+            if not ticket.done():
+                ticket.set_result(None)  # the place passes straight to the next waiter
+                return

@@ -1,0 +1,170 @@
+"""The work primitives: request deadlines, stop tokens, the fair lock and the fair admission gate."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import time
+
+import pytest
+
+from fastslow.router import Overloaded, budget_s, current_deadline, current_tenant, request_scope
+from fastslow.router.engine_api import Abandoned, Deadline, FairGate, FairLock, StopToken, run_blocking
+
+
+def _wait_for(condition: object, timeout: float = 10.0) -> None:
+    assert callable(condition)
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, "condition never held"
+        time.sleep(0.005)
+
+
+def test_request_scope_sets_deadline_and_tenant_and_nests_to_the_sooner() -> None:
+    assert current_deadline() is None and current_tenant() == ""
+    assert budget_s(5.0) == 5.0
+    with request_scope(timeout_s=10.0, tenant="acme") as outer:
+        assert outer is not None and current_deadline() is outer
+        assert current_tenant() == "acme"
+        left = budget_s(None)
+        assert left is not None and 9.0 < left <= 10.0
+        assert budget_s(2.0) == 2.0
+        with request_scope(timeout_s=60.0) as inner:
+            assert inner is outer  # a longer inner budget cannot extend the request
+            assert current_tenant() == "acme"
+        with request_scope(timeout_s=1.0, tenant="other") as sooner:
+            assert sooner is not outer and current_tenant() == "other"
+    assert current_deadline() is None
+
+
+async def test_run_blocking_stops_the_thread_when_the_await_is_cancelled() -> None:
+    steps: list[int] = []
+    finished = threading.Event()
+
+    def work(stop: StopToken) -> int:
+        try:
+            for i in range(10_000):
+                stop.check()
+                steps.append(i)
+                time.sleep(0.01)
+            return -1
+        finally:
+            finished.set()
+
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.2):
+            await run_blocking(work)
+    assert await asyncio.to_thread(finished.wait, 5.0), "the worker thread kept running after its caller left"
+    assert len(steps) < 200
+
+
+async def test_run_blocking_honours_the_request_deadline() -> None:
+    def work(stop: StopToken) -> None:
+        while True:
+            stop.check()
+            time.sleep(0.01)
+
+    started = time.monotonic()
+    with request_scope(timeout_s=0.2), pytest.raises(Abandoned):
+        await run_blocking(work)
+    assert time.monotonic() - started < 2.0
+
+
+def _in_tenant(tenant: str, fn: object) -> threading.Thread:
+    assert callable(fn)
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        with request_scope(tenant=tenant):
+            fn()
+
+    return threading.Thread(target=context.run, args=(run,), daemon=True)
+
+
+def test_fair_lock_goes_round_robin_across_tenants() -> None:
+    lock = FairLock()
+    order: list[str] = []
+    first = lock.acquire()
+
+    def take(label: str) -> object:
+        def run() -> None:
+            with lock.hold():
+                order.append(label)
+
+        return run
+
+    threads = []
+    for n, (tenant, label) in enumerate([("a", "a1"), ("a", "a2"), ("a", "a3"), ("b", "b1")], start=1):
+        thread = _in_tenant(tenant, take(label))
+        thread.start()
+        threads.append(thread)
+        _wait_for(lambda n=n: lock._turns.size == n)  # queued in this order
+    lock.release(first)
+    for thread in threads:
+        thread.join(5)
+    # Tenant b waited behind one step of tenant a, not behind all three.
+    assert order == ["a1", "b1", "a2", "a3"]
+
+
+def test_a_waiter_whose_token_stops_leaves_the_queue_and_the_lock_still_works() -> None:
+    lock = FairLock()
+    held = lock.acquire()
+    stop = StopToken(Deadline(0.1))
+    with pytest.raises(Abandoned):
+        lock.acquire(stop)
+    assert lock._turns.size == 0
+    lock.release(held)
+    with lock.hold():
+        pass
+
+
+async def test_fair_gate_admits_round_robin_and_refuses_beyond_its_queue() -> None:
+    gate = FairGate("embedded", capacity=1, queue=4, tenant_queue=2)
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def use(tenant: str, label: str, *, hold: bool = False) -> None:
+        async with gate.admit(tenant):
+            order.append(label)
+            if hold:
+                await release.wait()
+
+    holder = asyncio.create_task(use("a", "a0", hold=True))
+    await asyncio.sleep(0)
+    waiters = []
+    for tenant, label in [("a", "a1"), ("a", "a2"), ("b", "b1")]:
+        waiters.append(asyncio.create_task(use(tenant, label)))
+        await asyncio.sleep(0)
+    assert gate.active == 1 and gate.waiting == 3
+    with pytest.raises(Overloaded, match="busy"):  # tenant a's share of the queue is taken
+        await use("a", "a3")
+    waiters.append(asyncio.create_task(use("c", "c1")))
+    await asyncio.sleep(0)
+    with pytest.raises(Overloaded):  # the whole queue is taken
+        await use("d", "d1")
+    release.set()
+    await asyncio.gather(holder, *waiters)
+    assert order == ["a0", "a1", "b1", "c1", "a2"]
+    assert gate.active == 0 and gate.waiting == 0
+
+
+async def test_fair_gate_wait_ends_at_the_deadline_without_losing_the_place() -> None:
+    gate = FairGate("jev", capacity=1, queue=2)
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        async with gate.admit("a"):
+            await release.wait()
+
+    holder = asyncio.create_task(hold())
+    await asyncio.sleep(0)
+    with pytest.raises(TimeoutError):
+        async with gate.admit("b", Deadline(0.05)):
+            pass
+    assert gate.waiting == 0
+    release.set()
+    await holder
+    async with gate.admit("b"):
+        assert gate.active == 1
+    assert gate.active == 0
