@@ -25,6 +25,7 @@ PACKAGES = [
     "fastslow.engines.embedded",
     "fastslow.engines.jev",
     "fastslow.policies",
+    "fastslow.policies.evaluation",
     "fastslow.graphs",
     "fastslow.api",
     "fastslow.api.app",
