@@ -2,7 +2,9 @@
 
 ``build_runtime(settings)`` loads the policy and wires engines and System 2 to a ``Router``;
 ``create_app(settings)`` is the HTTP API (it imports FastAPI and the database layer, so only
-when asked for); ``fastslow.api.cli`` is the ``fastslow`` command.
+when asked for); ``evaluate(data, out_dir, settings=...)`` runs an evaluation file through the
+engines and the router and writes its report (``fastslow eval``); ``fastslow.api.cli`` is the
+``fastslow`` command.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from typing import TYPE_CHECKING
 from ._compose import Runtime, build_runtime
 
 if TYPE_CHECKING:
+    from ._evaluate import evaluate
     from .app import create_app
 
-__all__ = ["Runtime", "build_runtime", "create_app"]
+__all__ = ["Runtime", "build_runtime", "create_app", "evaluate"]
 
 
 def __getattr__(name: str) -> object:
@@ -23,4 +26,8 @@ def __getattr__(name: str) -> object:
         from .app import create_app
 
         return create_app
+    if name == "evaluate":
+        from ._evaluate import evaluate
+
+        return evaluate
     raise AttributeError(f"module 'fastslow.api' has no attribute {name!r}")

@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import queue
 import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, cast, get_args
+from typing import Annotated, Any, BinaryIO, NoReturn, cast, get_args
 
 import typer
 
 from fastslow.policies import BUILTIN_POLICY, POLICY_FILE_NAME, PolicySource, load_policy, locate_policy
 from fastslow.router import ConfigError, EngineError, EngineName, InvalidRequest, Settings, get_settings
-from fastslow.router.engine_api import parse_systemone_request, render_systemone_reply
+from fastslow.router.engine_api import SystemOneRequest, parse_systemone_request, render_systemone_reply
 
 __all__ = ["app"]
 
@@ -81,21 +87,243 @@ async def _decide(settings: Settings, body: str) -> dict[str, Any]:
     return render_systemone_reply(reply, request.questions)
 
 
+EXIT_LINES = 1
+"""``decide`` on JSON Lines: every line was read, and at least one got an error line."""
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What ``decide`` on JSON Lines did, for its exit status and its closing line."""
+
+    requests: int = 0
+    errors: int = 0
+    first_error: int | None = None
+
+
+def _line_error(line: int, kind: str, message: str, field: str | None = None) -> dict[str, Any]:
+    # The HTTP API's error shape, plus the line: a script matches error lines to its requests.
+    error: dict[str, Any] = {"line": line, "type": kind, "message": message}
+    if field:
+        error["field"] = field
+    return {"error": error}
+
+
+def _settle(future: asyncio.Future[bytes], outcome: bytes | BaseException) -> None:
+    if future.done():  # cancelled: the command ended while the line was being read
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+class _LineReader:
+    """Reads a byte stream one line per ``next()`` call, on a thread of its own.
+
+    A read that blocks (stdin fed by a person or by a program waiting for each answer) then
+    never stalls the event loop, so a finished response is written while the next line is still
+    to come. The thread is a daemon: a read that never returns cannot keep the process alive.
+    """
+
+    def __init__(self, stream: BinaryIO, name: str) -> None:
+        self._stream = stream
+        self._name = name
+        self._loop = asyncio.get_running_loop()
+        self._asks: queue.SimpleQueue[asyncio.Future[bytes] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="fastslow-decide-lines", daemon=True).start()
+
+    def next(self) -> asyncio.Future[bytes]:
+        """The next line with its line break; ``b""`` at the end of the stream."""
+        future: asyncio.Future[bytes] = self._loop.create_future()
+        self._asks.put(future)
+        return future
+
+    def close(self) -> None:
+        self._asks.put(None)
+
+    def _serve(self) -> None:
+        while (future := self._asks.get()) is not None:
+            outcome: bytes | BaseException
+            try:
+                outcome = self._stream.readline()
+            except OSError as exc:
+                outcome = ConfigError(f"cannot read {self._name}: {exc.strerror or exc}")
+            try:
+                self._loop.call_soon_threadsafe(_settle, future, outcome)
+            except RuntimeError:  # the loop has closed: nobody waits for this line any more
+                return
+
+
+def _parse_line(raw: bytes, number: int, settings: Settings) -> SystemOneRequest:
+    try:
+        # Without its line break, so an error at the end of the line is at a column of that line.
+        text = raw.decode("utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n")  # an editor's BOM
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest("body", f"not UTF-8 text (byte {exc.start + 1})") from None
+    body: Any = text
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        # Its column only: "line 1" of a one-line document would read as the file's line 1.
+        raise InvalidRequest("body", f"invalid JSON at column {exc.colno}: {exc.msg}") from None
+    except (RecursionError, ValueError):
+        pass  # the text goes to the parser as it is, which says what is wrong as for one request
+    return parse_systemone_request(body, max_state_chars=settings.max_state_chars, limits=settings.limits)
+
+
+async def _decide_lines(
+    settings: Settings, stream: BinaryIO, name: str, concurrency: int, emit: Callable[[dict[str, Any]], None]
+) -> _Tally:
+    """Answer every request line of ``stream`` with one engine; ``emit`` each response in input order.
+
+    At most ``concurrency`` lines are held at once, answered or not yet written, and the next line
+    is read only when one of them is written: memory stays bounded, however long the stream.
+    """
+    from fastslow.engines import build_engine
+
+    engine = build_engine(settings)  # once: the models load before the first line, not per line
+
+    async def answer(number: int, raw: bytes) -> tuple[bool, dict[str, Any]]:
+        try:
+            request = _parse_line(raw, number, settings)
+            reply = await engine.decide(request.state, request.questions, options=request.options)
+        except InvalidRequest as exc:
+            return False, _line_error(number, "invalid_request", exc.message, exc.field)
+        except EngineError as exc:
+            return False, _line_error(number, "engine_error", str(exc))
+        return True, render_systemone_reply(reply, request.questions)
+
+    tally = _Tally()
+    lines = _LineReader(stream, name)
+    window: deque[asyncio.Task[tuple[bool, dict[str, Any]]]] = deque()
+    asked: asyncio.Future[bytes] | None = None
+    number = 0
+    ended = False
+    try:
+        while True:
+            if asked is None and not ended and len(window) < concurrency:
+                asked = lines.next()
+            waiting: list[asyncio.Future[Any]] = [window[0]] if window else []
+            if asked is not None:
+                waiting.append(asked)
+            if not waiting:
+                return tally
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            while window and window[0].done():
+                ok, result = window.popleft().result()  # a ConfigError or a bug ends the command here
+                tally.requests += 1
+                if not ok:
+                    tally.errors += 1
+                    tally.first_error = tally.first_error or int(result["error"]["line"])
+                emit(result)
+            if asked is not None and asked.done():
+                raw = asked.result()
+                asked = None
+                ended = not raw
+                number += 1
+                if raw.strip():  # a blank line is skipped, but counts: numbers are the file's lines
+                    window.append(asyncio.create_task(answer(number, raw)))
+    finally:
+        lines.close()
+        if asked is not None:
+            asked.cancel()
+        for task in window:
+            task.cancel()
+        await asyncio.gather(*window, return_exceptions=True)
+        await engine.aclose()
+
+
+def _write_line(result: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
+    sys.stdout.flush()  # whoever reads the stream sees each response as soon as it is ready
+
+
+def _silence_stdout() -> None:
+    # After a broken pipe, Python's last flush of stdout would fail again, with a message.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (a test's captured stdout): nothing to flush
+        pass
+
+
+def _decide_jsonl(settings: Settings, source: str, concurrency: int) -> None:
+    stream: BinaryIO
+    if source == "-":
+        stream = sys.stdin.buffer
+    else:
+        try:
+            stream = Path(source).open("rb")  # closed below, after the last line
+        except OSError as exc:
+            _fail(f"cannot read {source}: {exc.strerror}", EXIT_BAD_INPUT)
+    name = "stdin" if source == "-" else source
+    try:
+        tally = asyncio.run(_decide_lines(settings, stream, name, concurrency, _write_line))
+    except BrokenPipeError:
+        # Whoever read the output stopped (`| head`): stop too, quietly, as other tools do.
+        _silence_stdout()
+        raise typer.Exit(EXIT_LINES) from None
+    except ConfigError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    finally:
+        if source != "-":
+            stream.close()
+    if tally.errors:
+        _fail(
+            f"{tally.errors} of {tally.requests} request line(s) got an error line (the first: line "
+            f"{tally.first_error})",
+            EXIT_LINES,
+        )
+
+
 @app.command()
 def decide(
-    source: Annotated[str, typer.Argument(help="Jev /v1/systemone request body: a file, or - for stdin.")] = "-",
+    source: Annotated[
+        str, typer.Argument(help="Jev /v1/systemone request body: a file, or - for stdin; *.jsonl: JSON Lines.")
+    ] = "-",
     engine: Annotated[
         str | None, typer.Option(help="Engine to use: embedded, sparrow, examples, jev, openai-decisions, logprob.")
     ] = None,
     examples: Annotated[
         Path | None, typer.Option(help="Examples file (JSON/YAML) for the example-trained engine.")
     ] = None,
-    pretty: Annotated[bool, typer.Option(help="Indent the JSON output.")] = False,
+    pretty: Annotated[bool, typer.Option(help="Indent the JSON output (not with JSON Lines).")] = False,
+    jsonl: Annotated[
+        bool | None,
+        typer.Option(
+            "--jsonl/--no-jsonl",
+            help="Read JSON Lines: one request per line, one response per line. Default: on for a *.jsonl file.",
+        ),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(help="JSON Lines: how many lines are answered at once.")] = 4,
 ) -> None:
-    """Answer a Jev request body with the configured engine and print Jev's response body."""
+    """Answer a Jev request body with the configured engine and print Jev's response body.
+
+    With JSON Lines (--jsonl, or a source file named *.jsonl) each line is a
+    request, all answered by one engine (the models load once), up to
+    --concurrency at a time. The responses come one per line, in the order of
+    the requests, each as soon as it and those before it are done. Blank lines
+    are skipped. A line that is not a valid request, or that the engine could
+    not answer, gets an error line and the lines after it go on:
+    {"error": {"line": N, "type": "invalid_request" or "engine_error",
+    "message": ..., "field": ...}}, N being its line in the file (blank lines
+    count).
+
+    Exit status: 0 when every request was answered; 1 with JSON Lines when any
+    line got an error line; 2 for a bad option, request or configuration; 3
+    when the engine could not answer a single request.
+    """
     if engine is not None and engine not in ENGINE_NAMES:
         _fail(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINE_NAMES)}", EXIT_BAD_INPUT)
+    lines = jsonl if jsonl is not None else source.lower().endswith(".jsonl")
+    if lines and pretty:
+        _fail("--pretty: JSON Lines are one response per line; drop --pretty", EXIT_BAD_INPUT)
+    if concurrency < 1:
+        _fail(f"--concurrency: must be at least 1, not {concurrency}", EXIT_BAD_INPUT)
     settings = _settings(cast(EngineName | None, engine), examples)
+    if lines:
+        _decide_jsonl(settings, source, concurrency)
+        return
     body = _read_body(source)
     try:
         result = asyncio.run(_decide(settings, body))
@@ -106,6 +334,64 @@ def decide(
     except EngineError as exc:
         _fail(str(exc), EXIT_ENGINE)
     sys.stdout.write(json.dumps(result, indent=2 if pretty else None, ensure_ascii=False) + "\n")
+
+
+data_app = typer.Typer(help="Labelled data sets for evaluation.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("list")
+def data_list() -> None:
+    """Name the data sets `fastslow data convert` knows, each with what its rows ask."""
+    from fastslow.policies.evaluation import CONVERTERS
+
+    width = max(map(len, CONVERTERS))
+    sys.stdout.write("".join(f"{name:<{width}}  {' '.join(c.summary.split())}\n" for name, c in CONVERTERS.items()))
+
+
+@data_app.command("convert")
+def data_convert(
+    name: Annotated[str, typer.Argument(help="A data set from `fastslow data list`.")],
+    source: Annotated[
+        Path, typer.Option("--source", help="The data set's folder, or the shared data folder that holds it.")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="The evaluation file to write (JSON Lines; gzipped if *.gz).")],
+    examples: Annotated[
+        int | None, typer.Option(help="Also write FILE.examples.yaml: this many training rows per label.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the splits the data does not make, the examples and --limit.")] = 0,
+    limit: Annotated[int | None, typer.Option(help="At most this many rows per split, a seeded sample.")] = None,
+) -> None:
+    """Convert a public data set into an evaluation file, with FILE.meta.json (source, licence, counts)."""
+    from rich.console import Console
+
+    from fastslow.policies._base import suggest
+    from fastslow.policies.evaluation import CONVERTERS, convert
+
+    if name not in CONVERTERS:
+        _fail(
+            f"unknown data set {name!r}; expected one of {', '.join(CONVERTERS)}{suggest(name, CONVERTERS)}",
+            EXIT_BAD_INPUT,
+        )
+    if not source.is_dir():
+        _fail(f"--source: no such folder {source}", EXIT_BAD_INPUT)
+    try:
+        # On stderr, and drawn only on a terminal: stdout stays the result, for scripts.
+        with Console(stderr=True).status(f"converting {name} from {source} ..."):
+            result = convert(name, source, out, seed=seed, examples_per_label=examples, limit=limit)
+    except ConfigError as exc:  # a bad --examples or --limit, a folder without the data set
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except OSError as exc:
+        _fail(f"{exc.filename or out}: {exc.strerror or exc}", EXIT_BAD_INPUT)
+    counts = ", ".join(f"{split} {rows}" for split, rows in result.counts.items())
+    report = [f"rows: {result.out_path}", f"meta: {result.meta_path}"]
+    if result.examples_path is not None:
+        report.append(f"examples: {result.examples_path}")
+    report.append(f"counts: {counts} ({result.rows} rows)")
+    dropped = ", ".join(f"{reason} {rows}" for reason, rows in result.dropped.items() if rows)
+    if dropped:
+        report.append(f"dropped: {dropped}")
+    sys.stdout.write("".join(f"{line}\n" for line in report))
 
 
 graph_app = typer.Typer(help="Ready agent graphs.", no_args_is_help=True)
@@ -295,6 +581,124 @@ def init(
         "fastslow uses it when run from this folder" if found else f"use it with FASTSLOW_POLICY_FILE={path.resolve()}"
     )
     sys.stderr.write(f"wrote {path} (tasks: {tasks}); edit it, {hint}; changes reload without a restart\n")
+
+
+EXIT_INTERRUPTED = 130
+PROBLEMS_SHOWN = 20
+"""Row problems printed by `fastslow eval`; run.json lists them all."""
+
+
+def _say_run_problems(problems: tuple[str, ...], dropped: int) -> None:
+    # On stderr, one `line N: why` each: stdout stays the run's result.
+    for problem in problems[:PROBLEMS_SHOWN]:
+        sys.stderr.write(f"{' '.join(problem.split())}\n")
+    if len(problems) > PROBLEMS_SHOWN:
+        sys.stderr.write(f"... and {len(problems) - PROBLEMS_SHOWN} more bad row(s), all listed in run.json\n")
+    if problems:
+        sys.stderr.write(f"skipped {len(problems)} bad row(s); --strict refuses the file instead\n")
+    if dropped:
+        sys.stderr.write(
+            f"left out {dropped} row(s) whose state is one of the engine's training examples "
+            "(run.json: dropped_training_rows)\n"
+        )
+
+
+def _compare_reports(a: Path, b: Path, out: Path | None) -> None:
+    from fastslow.policies.evaluation import compare_reports
+
+    for path in (a, b):
+        if not path.is_dir():
+            _fail(f"--compare: no such report directory {path}", EXIT_BAD_INPUT)
+    try:
+        comparison = compare_reports(a, b)
+    except ConfigError as exc:  # the two runs are not over the same rows, or a report is unreadable
+        _fail(str(exc), EXIT_BAD_INPUT)
+    if out is not None:
+        try:
+            written = comparison.write(out)
+        except OSError as exc:
+            _fail(f"--out: cannot write the comparison to {out}: {exc.strerror or exc}", EXIT_BAD_INPUT)
+        sys.stderr.write(f"wrote {', '.join(str(path) for path in written)}\n")
+    sys.stdout.write(comparison.markdown())
+
+
+@app.command("eval")
+def eval_command(
+    data: Annotated[Path | None, typer.Option("--data", help="The evaluation file (JSON Lines).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="The report directory to write (or resume).")] = None,
+    policy: Annotated[Path | None, typer.Option(help="Policy file whose tasks the rows name.")] = None,
+    task: Annotated[str | None, typer.Option(help="Run every row as this policy task.")] = None,
+    engine: Annotated[
+        str | None, typer.Option(help="Engine to use: embedded, sparrow, examples, jev, openai-decisions, logprob.")
+    ] = None,
+    examples: Annotated[
+        Path | None, typer.Option(help="Examples file (JSON/YAML) for the example-trained engine.")
+    ] = None,
+    split: Annotated[str | None, typer.Option(help="Only rows of this split: train, validation or test.")] = None,
+    concurrency: Annotated[int, typer.Option(help="Rows in flight at once.")] = 4,
+    limit: Annotated[int | None, typer.Option(help="Only the first N rows, for a quick look.")] = None,
+    strict: Annotated[
+        bool, typer.Option(help="Refuse the file at a bad row or a training example instead of skipping it.")
+    ] = False,
+    fresh: Annotated[bool, typer.Option(help="Start over, discarding a run already in --out.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+    compare: Annotated[
+        tuple[Path, Path] | None,
+        typer.Option(help="Compare two report directories (REPORT_A REPORT_B) instead of running."),
+    ] = None,
+) -> None:
+    """Run every row of an evaluation file and write a report directory (resumable), or compare two."""
+    from fastslow.policies.evaluation import SPLITS
+
+    if compare is not None:
+        if data is not None:
+            _fail("--compare: compares two report directories; it takes no --data", EXIT_BAD_INPUT)
+        _compare_reports(compare[0], compare[1], out)
+        return
+    if data is None:
+        _fail("--data: the evaluation file is required (or --compare REPORT_A REPORT_B)", EXIT_BAD_INPUT)
+    if out is None:
+        _fail("--out: the report directory is required", EXIT_BAD_INPUT)
+    if not data.is_file():
+        _fail(f"--data: no such file {data}", EXIT_BAD_INPUT)
+    if policy is not None and not policy.is_file():
+        _fail(f"--policy: no such file {policy}", EXIT_BAD_INPUT)
+    if engine is not None and engine not in ENGINE_NAMES:
+        _fail(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINE_NAMES)}", EXIT_BAD_INPUT)
+    if split is not None and split not in SPLITS:
+        _fail(f"--split: must be one of {', '.join(SPLITS)}, not {split!r}", EXIT_BAD_INPUT)
+    if concurrency < 1:
+        _fail(f"--concurrency: must be at least 1, not {concurrency}", EXIT_BAD_INPUT)
+    if limit is not None and limit < 1:
+        _fail(f"--limit: must be at least 1, not {limit}", EXIT_BAD_INPUT)
+    settings = _settings(cast(EngineName | None, engine), examples)
+    from ._evaluate import evaluate, headline
+
+    try:
+        info = asyncio.run(
+            evaluate(
+                data,
+                out,
+                settings=settings,
+                policy=policy,
+                task=task,
+                split=split,
+                concurrency=concurrency,
+                strict=strict,
+                limit=limit,
+                progress=progress,
+                overwrite=fresh,
+            )
+        )
+    except ConfigError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        _fail(f"interrupted; run the same command again to resume the run in {out}", EXIT_INTERRUPTED)
+    _say_run_problems(info.problems, len(info.dropped_training_rows))
+    summary = headline(out)
+    sys.stdout.write(f"report: {out}\n{summary}\n")
+    if summary.predictions and summary.errors == summary.predictions:
+        _fail(f"System 1 answered no row: {summary.first_error}", EXIT_ENGINE)
 
 
 ENGINE_NAMES: tuple[str, ...] = get_args(EngineName)

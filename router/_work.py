@@ -197,17 +197,23 @@ class _Turns:
         self.size -= 1
         return True
 
-    def next(self) -> object | None:
-        """The next ticket: the first tenant in turn gives its oldest waiter and goes to the back."""
+    def next(self, after: str | None = None) -> tuple[str, object] | None:
+        """The next tenant and ticket: the first tenant in turn gives its oldest waiter and goes to the back.
+
+        ``after`` is the tenant just served: when others are waiting it goes after them, so the
+        tenant whose work loops (one window after another) does not get the next turn too.
+        """
         if not self._queues:
             return None
+        if after is not None and len(self._queues) > 1 and next(iter(self._queues)) == after:
+            self._queues.move_to_end(after)
         tenant, queue = next(iter(self._queues.items()))
         ticket = queue.popleft()
         del self._queues[tenant]
         if queue:
             self._queues[tenant] = queue
         self.size -= 1
-        return ticket
+        return tenant, ticket
 
 
 class FairLock:
@@ -221,6 +227,7 @@ class FairLock:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._owner: object | None = None
+        self._owner_tenant: str | None = None
         self._turns = _Turns()
 
     def acquire(self, stop: StopToken | None = None) -> object:
@@ -229,7 +236,7 @@ class FairLock:
         tenant = current_tenant()
         with self._cond:
             if self._owner is None and self._turns.size == 0:
-                self._owner = ticket
+                self._owner, self._owner_tenant = ticket, tenant
                 return ticket
             self._turns.add(tenant, ticket)
             while self._owner is not ticket:
@@ -247,7 +254,8 @@ class FairLock:
             self._release_locked()
 
     def _release_locked(self) -> None:
-        self._owner = self._turns.next()
+        turn = self._turns.next(after=self._owner_tenant)
+        self._owner_tenant, self._owner = turn if turn is not None else (None, None)
         self._cond.notify_all()
 
     @contextmanager
@@ -307,7 +315,7 @@ class FairGate:
         try:
             yield
         finally:
-            self._leave()
+            self._leave(who)
 
     async def _wait(self, tenant: str, deadline: Deadline | None) -> None:
         if self._turns.size >= self.queue or self._turns.waiting(tenant) >= self.tenant_queue:
@@ -320,15 +328,16 @@ class FairGate:
                 await ticket
         except BaseException:
             if not self._turns.remove(tenant, ticket) and ticket.done() and not ticket.cancelled():
-                self._leave()  # admitted just as we gave up: hand the place on
+                self._leave(tenant)  # admitted just as we gave up: hand the place on
             raise
 
-    def _leave(self) -> None:
+    def _leave(self, tenant: str) -> None:
         while True:
-            ticket = self._turns.next()
-            if ticket is None:
+            turn = self._turns.next(after=tenant)
+            if turn is None:
                 self.active -= 1
                 return
+            ticket = turn[1]
             assert isinstance(ticket, asyncio.Future)
             if not ticket.done():
                 ticket.set_result(None)  # the place passes straight to the next waiter

