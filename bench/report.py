@@ -1,0 +1,530 @@
+"""Reproduce ``docs/benchmarks.md``: every embedded engine through ``fastslow eval`` on the public sets.
+
+For each routing set (CLINC150 domains and intents, Banking77, HWU64 scenario and intent, RouteLLM
+MMLU and GSM8K) it converts the data (``fastslow data convert``), then evaluates on a seeded sample
+of the *test* split: sparrow zero-shot (the baseline, in the same run), the embedded engine
+zero-shot (sparrow blended with e5 similarity), and e5 or MiniLM with a trained head at 5, 10 and 50
+training examples per option, run as a policy task exactly as the router runs it (thresholds 0.7 /
+0.15, "none of these", escalation). Checks (XSTest, OpenAI moderation, prompt injections) are
+trained on their training split and run on their test split and on benign text from other sets
+(CLINC150 in-scope, MT-Bench questions, the moderation set's clean rows), so false denies on
+ordinary traffic show. RouteLLM is also run cross-domain (trained on MMLU, tested on GSM8K).
+
+    python bench/report.py            # the full report (about 30 minutes on two cores, cold cache)
+    python bench/report.py --quick    # one set, two engines, 60 rows: under a minute
+
+The full run rewrites ``docs/benchmarks.md`` and its plots (``--docs DIR`` elsewhere); reports
+and data go under ``--work`` (default ``bench/out/report``). The last line of stdout is one JSON
+object with every figure. Nothing is tuned here: thresholds are the policy defaults, examples come
+from the training split, and every figure is on rows no engine learned from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import logging
+import os
+import random
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastslow.api import evaluate
+from fastslow.policies.evaluation import convert
+from fastslow.router import EmbeddedSettings, EngineName, Settings
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = Path(os.environ.get("FASTSLOW_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+ROUTING = ["clinc150-domain", "clinc150-intent", "banking77", "hwu64", "routellm-mmlu", "routellm-gsm8k"]
+CHECKS = ["xstest", "moderation", "prompt-injection"]
+SHOTS = [5, 10, 50]
+CHECK_SHOTS = 50
+PUBLISHED_FEW_SHOT = {"clinc150-intent": 94.2, "banking77": 87.2, "hwu64": 87.1}
+"""CPFT (Zhang et al. 2021), 10-shot intent accuracy on the full test sets."""
+NAMES = {
+    "clinc150-domain": "CLINC150, 10 domains (+ out-of-scope)",
+    "clinc150-intent": "CLINC150, 150 intents (+ out-of-scope)",
+    "banking77": "Banking77, 77 intents",
+    "hwu64": "HWU64, scenario then intent",
+    "routellm-mmlu": "RouteLLM MMLU: does the weak model suffice?",
+    "routellm-gsm8k": "RouteLLM GSM8K: does the weak model suffice?",
+    "xstest": "XSTest: is the prompt unsafe?",
+    "moderation": "OpenAI moderation: 8 categories",
+    "prompt-injection": "Prompt injections (deepset)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """One engine configuration."""
+
+    name: str
+    engine: EngineName
+    embedder: str = "e5"
+    shots: int | None = None
+    """Training examples per option; ``None``: zero-shot."""
+
+
+def _configs(quick: bool) -> list[Config]:
+    if quick:
+        return [Config("sparrow zero-shot", "sparrow"), Config("e5 + head, 10/option", "embedded", "e5", 10)]
+    out = [Config("sparrow zero-shot", "sparrow"), Config("embedded zero-shot (sparrow x e5)", "embedded")]
+    for embedder, label in (("e5", "e5"), ("minilm", "MiniLM")):
+        out += [Config(f"{label} + head, {n}/option", "embedded", embedder, n) for n in SHOTS]
+    return out
+
+
+def _log(message: str) -> None:
+    sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {message}\n")
+    sys.stderr.flush()
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def _write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
+    with path.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
+
+
+class Bench:
+    """Converted data and report directories under one work folder."""
+
+    def __init__(self, data: Path, work: Path, *, rows: int, seed: int) -> None:
+        self.data = data
+        self.work = work
+        self.rows = rows
+        self.seed = seed
+        (work / "data").mkdir(parents=True, exist_ok=True)
+
+    def converted(self, name: str, shots: int | None) -> tuple[Path, Path | None]:
+        """The full conversion of ``name`` (with ``shots`` examples per label), and its examples policy."""
+        suffix = f"-{shots}" if shots else ""
+        out = self.work / "data" / f"{name}{suffix}.jsonl.gz"
+        examples = out.with_name(out.name + ".examples.yaml")
+        if not out.is_file() or (shots and not examples.is_file()):
+            convert(name, self.data, out, seed=self.seed, examples_per_label=shots)
+        return out, examples if shots else None
+
+    def test_sample(self, name: str) -> Path:
+        """A seeded sample of ``self.rows`` test rows of ``name`` (all of them when fewer)."""
+        out = self.work / "data" / f"{name}.test-{self.rows}.jsonl"
+        if not out.is_file():
+            full, _ = self.converted(name, None)
+            test = [r for r in _rows(full) if r.get("meta", {}).get("split") == "test"]
+            random.Random(self.seed).shuffle(test)
+            _write_rows(out, test[: self.rows])
+        return out
+
+    def benign(self, check: str, task: str, rules: list[str], *, quick: bool = False) -> dict[str, Path]:
+        """Ordinary traffic as rows of the check ``task``, every rule labelled "no" (MT-Bench only when ``quick``)."""
+        out: dict[str, Path] = {}
+        rng = random.Random(self.seed)
+
+        def rows_of(texts: list[str]) -> list[dict[str, Any]]:
+            rng.shuffle(texts)
+            return [
+                {"id": f"benign-{i}", "task": task, "state": t, "labels": dict.fromkeys(rules, "no")}
+                for i, t in enumerate(texts[: self.rows])
+            ]
+
+        if not quick:
+            clinc = _rows(self.test_sample("clinc150-intent"))
+            in_scope = [r["state"] for r in clinc if "none_of_these" not in r["labels"].values()]
+            path = self.work / "data" / f"benign-clinc-{check}.jsonl"
+            out["CLINC150 in-scope"] = _write_rows(path, rows_of(in_scope))
+        mt_bench = [
+            json.loads(line)["turns"][0]
+            for line in (self.data / "routellm" / "mt_bench__question.jsonl").read_text().splitlines()
+            if line.strip()
+        ]
+        out["MT-Bench questions"] = _write_rows(self.work / "data" / f"benign-mtbench-{check}.jsonl", rows_of(mt_bench))
+        if quick:
+            return out
+        moderation, _ = self.converted("moderation", None)
+        clean = [
+            r["state"]
+            for r in _rows(moderation)
+            if r["meta"].get("split") == "test" and len(r["labels"]) == 8 and set(r["labels"].values()) == {"no"}
+        ]
+        if check != "moderation":
+            out["moderation clean rows"] = _write_rows(
+                self.work / "data" / f"benign-moderation-{check}.jsonl", rows_of(clean)
+            )
+        return out
+
+    async def run(
+        self, label: str, config: Config, data: Path, *, policy: Path | None = None, task: str | None = None
+    ) -> dict[str, Any]:
+        """``fastslow eval`` of ``data`` under ``config``; the report's metrics."""
+        slug = "".join(c if c.isalnum() else "-" for c in f"{label}-{config.name}").strip("-")
+        out = self.work / "reports" / slug
+        settings = Settings(
+            engine=config.engine,
+            data_dir=self.work / "state",
+            embedded=EmbeddedSettings(embedder=config.embedder),  # type: ignore[arg-type]
+        )
+        started = time.monotonic()
+        await evaluate(data, out, settings=settings, policy=policy, task=task, progress=False, concurrency=4)
+        metrics: dict[str, Any] = json.loads((out / "metrics.json").read_text())
+        metrics["_dir"] = str(out)
+        metrics["_seconds"] = round(time.monotonic() - started, 1)
+        _log(f"{label} / {config.name}: {_headline(metrics)} ({metrics['_seconds']} s)")
+        return metrics
+
+
+def _headline(metrics: dict[str, Any]) -> str:
+    o = metrics["overall"]
+    return f"accuracy {_pct(o['accuracy'])}, kept {_pct(o['kept']['share'])} at {_pct(o['kept']['accuracy'])}"
+
+
+def _pct(x: float | None, digits: int = 1) -> str:
+    return "—" if x is None else f"{100 * x:.{digits}f}"
+
+
+def _num(x: float | None, digits: int = 3) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def _task(policy: Path) -> str:
+    import yaml
+
+    doc = yaml.safe_load(policy.read_text(encoding="utf-8"))
+    return str(next(iter(doc["tasks"])))
+
+
+def _rules(policy: Path) -> list[str]:
+    import yaml
+
+    doc = yaml.safe_load(policy.read_text(encoding="utf-8"))
+    task = next(iter(doc["tasks"].values()))
+    return list(task.get("rules", {}))
+
+
+async def routing(bench: Bench, sets: list[str], configs: list[Config]) -> dict[str, dict[str, Any]]:
+    results: dict[str, dict[str, Any]] = {}
+    for name in sets:
+        results[name] = {}
+        sample = bench.test_sample(name)
+        for config in configs:
+            if config.shots is None:
+                results[name][config.name] = await bench.run(name, config, sample)
+            else:
+                _full, policy = bench.converted(name, config.shots)
+                assert policy is not None
+                results[name][config.name] = await bench.run(name, config, sample, policy=policy, task=_task(policy))
+    return results
+
+
+async def cross_domain(bench: Bench, configs: list[Config]) -> dict[str, Any]:
+    """Trained on MMLU, tested on GSM8K (RouteLLM's harder direction)."""
+    out: dict[str, Any] = {}
+    sample = bench.test_sample("routellm-gsm8k")
+    for config in configs:
+        if config.shots != max(SHOTS):
+            continue
+        _full, policy = bench.converted("routellm-mmlu", config.shots)
+        assert policy is not None
+        out[config.name] = await bench.run("mmlu-to-gsm8k", config, sample, policy=policy, task=_task(policy))
+    return out
+
+
+async def checks(
+    bench: Bench, names: list[str], embedders: list[str], *, quick: bool = False
+) -> dict[str, dict[str, Any]]:
+    results: dict[str, dict[str, Any]] = {}
+    for name in names:
+        results[name] = {}
+        _full, policy = bench.converted(name, CHECK_SHOTS)
+        assert policy is not None
+        task, rules = _task(policy), _rules(policy)
+        for embedder in embedders:
+            config = Config(f"{embedder} + head, {CHECK_SHOTS}/option", "embedded", embedder, CHECK_SHOTS)
+            entry = {"test": await bench.run(name, config, bench.test_sample(name), policy=policy, task=task)}
+            for benign, path in bench.benign(name, task, rules, quick=quick).items():
+                entry[benign] = await bench.run(f"{name}-on-{benign}", config, path, policy=policy, task=task)
+            results[name][config.name] = entry
+    return results
+
+
+# -- the report ------------------------------------------------------------------------------------
+
+
+def _verdicts(metrics: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Share allowed / reviewed / denied per true label, pooled over the check's rules."""
+    totals: dict[str, dict[str, float]] = {}
+    for group in metrics["questions"].values():
+        for label, shares in ((group.get("verdicts") or {}).get("by_label") or {}).items():
+            t = totals.setdefault(label, {"allowed": 0.0, "reviewed": 0.0, "denied": 0.0, "rows": 0.0})
+            rows = shares.get("rows", 0)
+            for key in ("allowed", "reviewed", "denied"):
+                t[key] += (shares.get(key) or 0.0) * rows
+            t["rows"] += rows
+    return {
+        label: {k: (v / t["rows"] if k != "rows" and t["rows"] else v) for k, v in t.items()}
+        for label, t in totals.items()
+    }
+
+
+def _denied_any(metrics: dict[str, Any]) -> float | None:
+    """Share of benign rows (every rule "no") that at least one rule denied or sent to review."""
+    directory = Path(metrics["_dir"])
+    rows: dict[str, set[str]] = {}
+    with (directory / "predictions.jsonl").open(encoding="utf-8") as fh:
+        for line in fh:
+            p = json.loads(line)
+            rows.setdefault(p["row"], set()).add(p.get("verdict") or "deny")
+    if not rows:
+        return None
+    return sum(1 for v in rows.values() if "deny" in v) / len(rows)
+
+
+def _reviewed_any(metrics: dict[str, Any]) -> float | None:
+    directory = Path(metrics["_dir"])
+    rows: dict[str, set[str]] = {}
+    with (directory / "predictions.jsonl").open(encoding="utf-8") as fh:
+        for line in fh:
+            p = json.loads(line)
+            rows.setdefault(p["row"], set()).add(p.get("verdict") or "deny")
+    if not rows:
+        return None
+    return sum(1 for v in rows.values() if "review" in v and "deny" not in v) / len(rows)
+
+
+def render(
+    route: dict[str, dict[str, Any]],
+    cross: dict[str, Any],
+    check: dict[str, dict[str, Any]],
+    *,
+    rows: int,
+    quick: bool,
+    seconds: float,
+    plots: list[str],
+) -> str:
+    lines = [
+        "# Benchmarks",
+        "",
+        "Generated by `python bench/report.py` (this file and the plots beside it); "
+        f"{'a --quick run' if quick else 'the full run'} took {seconds / 60:.1f} minutes on this machine "
+        f"(2 cores, cold cache). Every figure is `fastslow eval` on a seeded sample of at most {rows} rows "
+        "of each set's **test** split, rows no engine learned from; thresholds are the policy defaults "
+        "(min confidence 0.7, min margin 0.15), fixed before the run; examples per option come from the "
+        "training split. The reports themselves (metrics.json, plots, predictions) are under "
+        "`bench/out/report/reports/`. Data: `../shared/data` (licences in each folder; see docs/data.md).",
+        "",
+        "Columns: **accuracy** of System 1's most probable option; **kept** is the share System 1 kept "
+        "under the thresholds and **acc. kept** their accuracy (the operating point on new data); "
+        "**cov@97** is the coverage at 97 % accuracy read off these same rows (descriptive only, "
+        "optimistic); **ECE** over 15 bins; **OOS AUROC** ranks out-of-scope rows by P(none of these); "
+        "**p50** latency per row.",
+        "",
+    ]
+    for name, by_config in route.items():
+        lines += [f"## {NAMES.get(name, name)}", ""]
+        lines += [
+            "| engine | rows | accuracy | macro-F1 | kept | acc. kept | cov@97 | ECE | OOS AUROC | p50 ms |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for config, m in by_config.items():
+            o = m["overall"]
+            oos = (o.get("out_of_scope") or {}).get("auroc_p_none")
+            cov = o["coverage"]["at"].get("0.97", {})
+            lines.append(
+                f"| {config} | {o['n']} | {_pct(o['accuracy'])} | {_num(o['macro_f1'])} | {_pct(o['kept']['share'])} "
+                f"| {_pct(o['kept']['accuracy'])} | {_pct(cov.get('coverage'))} | {_num(o['calibration']['ece'])} "
+                f"| {_num(oos)} | {_num((o.get('latency_ms') or {}).get('p50'), 0)} |"
+            )
+        if name in PUBLISHED_FEW_SHOT:
+            lines += [
+                "",
+                f"Published for comparison: CPFT, 10-shot, full test set: {PUBLISHED_FEW_SHOT[name]} % accuracy "
+                "(a fine-tuned RoBERTa; fastslow's rows above are a trained head on frozen embeddings).",
+            ]
+        if name.startswith("routellm"):
+            lines += ["", _routellm_table(by_config)]
+        lines.append("")
+    if cross:
+        lines += ["## RouteLLM cross-domain: trained on MMLU, tested on GSM8K", "", _routellm_table(cross), ""]
+    if route.get("routellm-mmlu") or cross:
+        lines += [
+            "Published (RouteLLM paper, Table 1-3; CPT(50 %) / CPT(80 %) / APGR): random 50.07 / 79.93 / 0.500 "
+            "on MMLU and 50.00 / 80.08 / 0.497 on GSM8K; their best routers trained on Arena data reach "
+            "45.00 / 76.86 / 0.524 (MMLU, matrix factorization) and 53.59 / 83.56 / 0.475 at best on GSM8K "
+            "(Arena only); with golden MMLU labels 35.4 / 70.3 / 0.603. "
+            "See `../shared/reference/routellm-published.md`.",
+            "",
+        ]
+    for name, by_config in check.items():
+        lines += [f"## {NAMES.get(name, name)} as a policy check", ""]
+        lines += [
+            "| engine | rows | violations denied | violations reviewed | safe allowed | safe denied | safe reviewed |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for config, entry in by_config.items():
+            v = _verdicts(entry["test"])
+            bad, ok = v.get("yes", {}), v.get("no", {})
+            lines.append(
+                f"| {config} | {entry['test']['overall']['n']} "
+                f"| {_pct(bad.get('denied'))} | {_pct(bad.get('reviewed'))} "
+                f"| {_pct(ok.get('allowed'))} | {_pct(ok.get('denied'))} | {_pct(ok.get('reviewed'))} |"
+            )
+        lines += [
+            "",
+            "On ordinary traffic (every row benign): the share of rows any rule denied, or sent to review.",
+            "",
+            "| engine | benign set | rows | denied | reviewed |",
+            "|---|---|---|---|---|",
+        ]
+        for config, entry in by_config.items():
+            for benign, m in entry.items():
+                if benign == "test":
+                    continue
+                lines.append(
+                    f"| {config} | {benign} | {m['run']['rows']} | {_pct(_denied_any(m))} | {_pct(_reviewed_any(m))} |"
+                )
+        lines.append("")
+    lines += ["## Plots", ""] + [f"![{p}](benchmarks/{p})" for p in plots] + [""]
+    return "\n".join(lines)
+
+
+def _routellm_table(by_config: dict[str, Any]) -> str:
+    rows = [
+        "| engine | APGR | CPT(50 %) | CPT(80 %) | APGR (deciles, as RouteLLM) | CPT(50 %) / CPT(80 %) (deciles) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for config, m in by_config.items():
+        r = m["overall"].get("routellm") or {}
+        every, deciles = r.get("every_threshold") or {}, r.get("quantiles_10") or {}
+        rows.append(
+            f"| {config} | {_num(every.get('apgr'))} | {_pct(every.get('cpt_50'), 2)} | {_pct(every.get('cpt_80'), 2)} "
+            f"| {_num(deciles.get('apgr'))} | {_pct(deciles.get('cpt_50'), 2)} / {_pct(deciles.get('cpt_80'), 2)} |"
+        )
+    return "\n".join(rows)
+
+
+def plot_accuracy(route: dict[str, dict[str, Any]], path: Path) -> None:
+    """Accuracy and kept accuracy against examples per option, per set and embedder."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(11, 4.5))
+    FigureCanvasAgg(figure)
+    for col, key in enumerate(("accuracy", "kept")):
+        ax = figure.add_subplot(1, 2, col + 1)
+        for name, by_config in route.items():
+            for embedder in ("e5", "MiniLM"):
+                points = [
+                    (int(c.split(", ")[1].split("/")[0]), m)
+                    for c, m in by_config.items()
+                    if c.startswith(f"{embedder} + head")
+                ]
+                if not points:
+                    continue
+                xs = [x for x, _ in points]
+                ys = [
+                    m["overall"]["accuracy"] if key == "accuracy" else m["overall"]["kept"]["accuracy"]
+                    for _, m in points
+                ]
+                ax.plot(xs, ys, marker="o", linestyle="-" if embedder == "e5" else "--", label=f"{name} ({embedder})")
+        ax.set_xscale("log")
+        ax.set_xticks(SHOTS, [str(s) for s in SHOTS])
+        ax.set_xlabel("training examples per option")
+        ax.set_ylabel("accuracy" if key == "accuracy" else "accuracy of what System 1 kept")
+        ax.grid(alpha=0.3)
+    figure.axes[0].legend(fontsize=7, loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.monotonic()
+    if not args.data.is_dir():
+        raise SystemExit(f"error: --data: no such folder {args.data}")
+    bench = Bench(args.data, args.work, rows=args.rows, seed=args.seed)
+    configs = _configs(args.quick)
+    sets = ["clinc150-domain"] if args.quick else ROUTING
+    route = await routing(bench, sets, configs)
+    cross = {} if args.quick else await cross_domain(bench, configs)
+    check = await checks(
+        bench, ["xstest"] if args.quick else CHECKS, ["e5"] if args.quick else ["e5", "minilm"], quick=args.quick
+    )
+    seconds = time.monotonic() - started
+    docs = args.docs if args.docs is not None else (args.work if args.quick else REPO / "docs")
+    plots_dir = docs / "benchmarks"
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    plots = ["accuracy.png"]
+    plot_accuracy(route, plots_dir / "accuracy.png")
+    for name in sets:
+        best = route[name].get("e5 + head, 50/option") or route[name].get("e5 + head, 10/option")
+        if best is not None:
+            target = f"coverage-{name}.png"
+            shutil.copyfile(Path(best["_dir"]) / "coverage.png", plots_dir / target)
+            plots.append(target)
+    (docs / "benchmarks.md").write_text(
+        render(route, cross, check, rows=args.rows, quick=args.quick, seconds=seconds, plots=plots), encoding="utf-8"
+    )
+
+    def brief(m: dict[str, Any]) -> dict[str, Any]:
+        o = m["overall"]
+        return {
+            "n": o["n"],
+            "accuracy": o["accuracy"],
+            "kept": o["kept"]["share"],
+            "kept_accuracy": o["kept"]["accuracy"],
+            "ece": o["calibration"]["ece"],
+            "oos_auroc": (o.get("out_of_scope") or {}).get("auroc_p_none"),
+            "routellm": (o.get("routellm") or {}).get("every_threshold"),
+            "seconds": m["_seconds"],
+        }
+
+    return {
+        "quick": args.quick,
+        "rows": args.rows,
+        "seconds": round(seconds, 1),
+        "docs": str(docs / "benchmarks.md"),
+        "routing": {n: {c: brief(m) for c, m in by_config.items()} for n, by_config in route.items()},
+        "cross_domain": {c: brief(m) for c, m in cross.items()},
+        "checks": {
+            n: {
+                c: {
+                    "test": _verdicts(e["test"]),
+                    **{b: {"denied": _denied_any(m)} for b, m in e.items() if b != "test"},
+                }
+                for c, e in by_config.items()
+            }
+            for n, by_config in check.items()
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="one set, two engines, 60 rows (under a minute)")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the shared data folder")
+    parser.add_argument("--work", type=Path, default=REPO / "bench" / "out" / "report", help="data and reports")
+    parser.add_argument("--docs", type=Path, default=None, help="where benchmarks.md goes (default docs/)")
+    parser.add_argument("--rows", type=int, default=None, help="test rows per set (1000; 100 with --quick)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.rows is None:
+        args.rows = 60 if args.quick else 1000
+    logging.basicConfig(level=logging.WARNING)
+    report = asyncio.run(main_async(args))
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
