@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from fastslow.policies._load import _Loader
+from fastslow.policies._locate import BUILTIN_POLICY
 from fastslow.router import Choice, Noul
 
 from ._base import Item, TaskSpec
@@ -81,5 +82,16 @@ def fragment(task: TaskSpec, picked: Mapping[str, Mapping[str, Sequence[Item]]],
         key = "questions" if task.kind == "classify" else "rules"
         body = {"kind": task.kind, key: {q: _question(question, picked[q]) for q, question in task.questions.items()}}
     comments = "".join(f"# {line}\n" for line in header.splitlines())
-    dumped = yaml.dump({"tasks": {task.name: body}}, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120)
+    document = {"defaults": _shipped_thresholds(), "tasks": {task.name: body}}
+    dumped = yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120)
     return comments + dumped
+
+
+def _shipped_thresholds() -> dict[str, Any]:
+    """The built-in policy's default thresholds, so a fragment decides (and escalates) as it would.
+
+    Without them a task keeps every answer however unsure (the schema's thresholds are 0): an
+    evaluation of the fragment would say nothing about when System 1 hands over.
+    """
+    shipped = yaml.safe_load(BUILTIN_POLICY.read_text(encoding="utf-8"))
+    return {"thresholds": dict(shipped["defaults"]["thresholds"])}
