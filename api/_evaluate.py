@@ -69,10 +69,25 @@ from fastslow.router.engine_api import DecisionEngine
 
 from ._compose import Runtime, build_runtime
 
-__all__ = ["NONE_OF_THESE", "Headline", "evaluate", "headline"]
+__all__ = ["EXPLICIT_THRESHOLDS", "NONE_OF_THESE", "Headline", "evaluate", "headline"]
 
 NONE_OF_THESE = "none_of_these"
 """The option name that means "out of scope" in explicit rows (what every converter writes)."""
+
+
+def _shipped_thresholds() -> Thresholds:
+    """The built-in policy's default thresholds: what a task without its own would be held to."""
+    import yaml
+
+    from fastslow.policies import BUILTIN_POLICY
+
+    shipped = yaml.safe_load(BUILTIN_POLICY.read_text(encoding="utf-8"))["defaults"]["thresholds"]
+    return Thresholds(min_confidence=float(shipped["min_confidence"]), min_margin=float(shipped["min_margin"]))
+
+
+EXPLICIT_THRESHOLDS = _shipped_thresholds()
+"""Explicit rows have no policy: they are held to the built-in policy's defaults (0.7 / 0.15), fixed
+before the run, so *kept* means what it would in production rather than "every answer"."""
 
 _FAILED = frozenset({"engine_error", "timeout", "no_answer"})
 # Sparrow is in LEARNS_FROM_EXAMPLES for its limits only: it is zero-shot and learns nothing.
@@ -490,7 +505,7 @@ def _settings_record(
     for job in jobs:
         task = job.task
         if task is None:
-            thresholds.setdefault("explicit rows", asdict(Thresholds()))
+            thresholds.setdefault("explicit rows", asdict(EXPLICIT_THRESHOLDS))
         elif task.name not in thresholds:
             entry: dict[str, Any] = {"calibration": asdict(task.calibration)}
             if isinstance(task, CheckTask):
@@ -648,7 +663,7 @@ class _Runner:
             answer = answers.get(name) or failure or EngineFailure(message="the engine gave no answer to it")
             # The kernel's default thresholds: a question without a policy keeps every answer it
             # can, so coverage is the engine's own, and the report sweeps thresholds from there.
-            decision = decide_answer(name, answer, thresholds=Thresholds(), none_option=none)
+            decision = decide_answer(name, answer, thresholds=EXPLICIT_THRESHOLDS, none_option=none)
             out.append(self._prediction(job, name, question, decision, none_option=none))
         return out
 

