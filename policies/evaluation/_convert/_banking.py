@@ -8,13 +8,11 @@ from pathlib import Path
 from fastslow.policies.evaluation._rows import Split
 from fastslow.router import Choice, ConfigError
 
-from ._base import Converter, Dataset, Item, Source, TaskSpec, need, read_csv, readable
-from ._split import assign_splits, drop_cross_split_duplicates
+from ._base import Converter, Dataset, Item, Source, need, read_csv, readable
+from ._split import VALIDATION_SHARE, route_with_validation
 
-__all__ = ["BANKING77", "VALIDATION_SHARE"]
+__all__ = ["BANKING77"]
 
-VALIDATION_SHARE = 0.1
-"""Share of the train split's texts carved out (seeded, per intent) as the validation split."""
 
 SOURCE = Source(
     folder="banking77",
@@ -41,22 +39,15 @@ def _read(folder: Path, seed: int) -> Dataset:
                 raise ConfigError(f"unknown category {row['category']!r}", path=str(path), line=n + 2)
             split: Split = "test" if part == "test" else "train"
             items.append(Item(id=f"{part}-{n}", state=row["text"], labels={_NAME: row["category"]}, split=split))
-    items = assign_splits(
+    return route_with_validation(
+        _NAME,
+        question,
         items,
-        {"train": 1 - VALIDATION_SHARE, "validation": VALIDATION_SHARE},
         seed=seed,
-        stratum=lambda item: item.labels[_NAME],
-        only="train",
-    )
-    kept, dropped = drop_cross_split_duplicates(items)
-    return Dataset(
-        task=TaskSpec(name=_NAME, kind="route", questions={_NAME: question}),
-        items=tuple(kept),
         split_rule=(
             f"the data set's own test split; its train split less a seeded {VALIDATION_SHARE:.0%} of its texts "
             "(per intent), which is the validation split"
         ),
-        dropped={"text_in_two_splits": dropped},
     )
 
 

@@ -7,13 +7,11 @@ from pathlib import Path
 from fastslow.policies.evaluation._rows import Split
 from fastslow.router import Choice, ConfigError
 
-from ._base import Converter, Dataset, Item, Source, TaskSpec, read_csv, readable
-from ._split import assign_splits, drop_cross_split_duplicates
+from ._base import Converter, Dataset, Item, Source, read_csv, readable
+from ._split import VALIDATION_SHARE, route_with_validation
 
-__all__ = ["SNIPS", "VALIDATION_SHARE"]
+__all__ = ["SNIPS"]
 
-VALIDATION_SHARE = 0.1
-"""Share of ``train_full``'s texts carved out (seeded, per intent) as the validation split."""
 
 SOURCE = Source(
     folder="snips",
@@ -46,22 +44,15 @@ def _read(folder: Path, seed: int) -> Dataset:
         row_id = f"{part}-{counters[part]}"
         counters[part] += 1
         items.append(Item(id=row_id, state=row["text"], labels={_NAME: row["intent"]}, split=_PARTS[part]))
-    items = assign_splits(
+    return route_with_validation(
+        _NAME,
+        question,
         items,
-        {"train": 1 - VALIDATION_SHARE, "validation": VALIDATION_SHARE},
         seed=seed,
-        stratum=lambda item: item.labels[_NAME],
-        only="train",
-    )
-    kept, dropped = drop_cross_split_duplicates(items)
-    return Dataset(
-        task=TaskSpec(name=_NAME, kind="route", questions={_NAME: question}),
-        items=tuple(kept),
         split_rule=(
             f"validate is the test split; train_full less a seeded {VALIDATION_SHARE:.0%} of its texts (per intent), "
             "which is the validation split; a text in two splits is kept only in the later one"
         ),
-        dropped={"text_in_two_splits": dropped},
     )
 
 

@@ -13,10 +13,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from fastslow.policies.evaluation._rows import SPLITS, Split
+from fastslow.router import Choice
 
-from ._base import Item
+from ._base import Dataset, Item, TaskSpec
 
-__all__ = ["assign_splits", "drop_cross_split_duplicates"]
+__all__ = ["VALIDATION_SHARE", "assign_splits", "drop_cross_split_duplicates", "route_with_validation"]
+
+VALIDATION_SHARE = 0.1
+"""Share of a train split's texts carved out (seeded, per label) as the validation split of a
+data set that publishes only train and test."""
 
 
 def assign_splits(
@@ -77,3 +82,23 @@ def drop_cross_split_duplicates(items: Sequence[Item]) -> tuple[list[Item], int]
         latest[item.state] = max(latest.get(item.state, -1), rank[item.split])
     kept = [item for item in items if rank[item.split] == latest[item.state]]
     return kept, len(items) - len(kept)
+
+
+def route_with_validation(name: str, question: Choice, items: Sequence[Item], *, seed: int, split_rule: str) -> Dataset:
+    """A route data set from published train and test rows: a seeded ``VALIDATION_SHARE`` of the
+    train split's texts (per label) becomes the validation split, and texts in two splits are kept
+    only in the later one."""
+    split = assign_splits(
+        items,
+        {"train": 1 - VALIDATION_SHARE, "validation": VALIDATION_SHARE},
+        seed=seed,
+        stratum=lambda item: item.labels[name],
+        only="train",
+    )
+    kept, dropped = drop_cross_split_duplicates(split)
+    return Dataset(
+        task=TaskSpec(name=name, kind="route", questions={name: question}),
+        items=tuple(kept),
+        split_rule=split_rule,
+        dropped={"text_in_two_splits": dropped},
+    )
