@@ -364,8 +364,8 @@ def render(
         lines += [
             "Published (RouteLLM paper, Table 1-3; CPT(50 %) / CPT(80 %) / APGR): random 50.07 / 79.93 / 0.500 "
             "on MMLU and 50.00 / 80.08 / 0.497 on GSM8K; their best routers trained on Arena data reach "
-            "45.00 / 76.86 / 0.524 (MMLU, matrix factorization) and 53.59 / 83.56 / 0.475 at best on GSM8K "
-            "(Arena only); with golden MMLU labels 35.4 / 70.3 / 0.603. "
+            "45.00 / 76.86 / 0.524 (MMLU, matrix factorization) and 53.59 / 85.24 / 0.475 on GSM8K "
+            "(matrix factorization, Arena only); with golden MMLU labels 35.40 / 71.55 / 0.603 (SW ranking). "
             "See `../shared/reference/routellm-published.md`.",
             "",
         ]
