@@ -106,8 +106,16 @@ def examples_for(settings: Settings, policy: PolicySet | None = None) -> Example
     if settings.embedded.examples is not None:
         questions.update(load_examples(settings.embedded.examples).questions)
     if policy is not None:
+        roles = policy.question_roles()
         for name, examples in policy.question_examples().items():
-            questions[name] = QuestionExamples(name=name, examples=dict(examples))
+            role = roles.get(name)
+            questions[name] = QuestionExamples(
+                name=name,
+                examples=dict(examples),
+                none_option=role.none_option if role else None,
+                violation=role.violation if role else None,
+                background=role.background if role else True,
+            )
     if not questions:
         return None
     file = str(settings.embedded.examples) if settings.embedded.examples is not None else None

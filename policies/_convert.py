@@ -37,6 +37,7 @@ from fastslow.router import (
     Thresholds,
 )
 
+from ._questions import NoulRuleModel
 from ._schema import (
     ENGINE_NAMES,
     NONE_DESCRIPTION,
@@ -246,8 +247,9 @@ def _check_task(name: str, model: CheckModel, common: TaskCommon, rule: _Example
             ("tasks", name, "rules", rname), f"rule {rname!r} of task {name!r}", common.engine, question, rexamples
         )
         action = CheckAction(deny_at=rmodel.deny_at, allow_at=rmodel.allow_at, violation=rmodel.violation)
-        rules[rname] = Rule(name=rname, question=question, action=action, examples=rexamples)
-    return CheckTask(**_common_fields(common), rules=rules)
+        background = rmodel.background if isinstance(rmodel, NoulRuleModel) else False
+        rules[rname] = Rule(name=rname, question=question, action=action, examples=rexamples, background=background)
+    return CheckTask(**_common_fields(common), rules=rules, on_oversize=model.on_oversize)
 
 
 def to_policy_set(

@@ -132,6 +132,9 @@ class NoulRuleModel(NoulQuestionModel):
     violation: Literal["yes", "no"] = "yes"
     deny_at: Prob = 0.8
     allow_at: Prob = 0.2
+    background: bool = True
+    """Learn against the shipped background of ordinary text as well as the rule's own "no"
+    examples; turn off for a rule that ordinary text can break (such as "is this in French?")."""
 
     @model_validator(mode="after")
     def _band(self) -> Self:

@@ -225,6 +225,8 @@ class ClassifyModel(CommonModel):
 class CheckModel(CommonModel):
     kind: Literal["check"]
     rules: dict[str, Annotated[RuleModel, BeforeValidator(bare_question)]] = Field(min_length=1)
+    on_oversize: Literal["review", "deny"] = "review"
+    """What a state longer than the engine reads of it gets, when no rule denies it."""
 
     @field_validator("rules")
     @classmethod

@@ -46,6 +46,7 @@ Reason: TypeAlias = Literal[
     "engine_error",
     "timeout",
     "sticky",
+    "oversize",
 ]
 
 

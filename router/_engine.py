@@ -25,6 +25,9 @@ class ReadOptions:
     seed: int | None = None
     timeout_s: float | None = None
     """Time budget for the whole call, retries included; ``None`` uses the engine's default."""
+    violations: Mapping[str, str] | None = None
+    """Set by policy checks: question name -> the option meaning "violated". An engine that reads
+    a long state in parts answers such a question from its most violated part."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +43,9 @@ class EngineLimits:
     """Most options in a choice (and levels in a score unless ``max_score_levels`` says)."""
     max_score_levels: int | None = None
     accepts_images: bool = False
+    max_read_chars: int | None = None
+    """The most of a state's text the engine reads for a policy check (``None``: all of it); a
+    check on a longer state gets its task's ``on_oversize`` verdict unless a rule denies."""
 
 
 @runtime_checkable

@@ -105,12 +105,20 @@ class Router:
         return task
 
     async def _ask(
-        self, task: TaskCommon, policy: PolicySet, state: State, questions: Mapping[str, Question]
+        self,
+        task: TaskCommon,
+        policy: PolicySet,
+        state: State,
+        questions: Mapping[str, Question],
+        *,
+        violations: Mapping[str, str] | None = None,
     ) -> Mapping[str, Answer | NoAnswer | EngineFailure]:
         engine = self._engines.engine_for(task.engine, policy)
         # The task's budget, cut to what is left of the request's deadline (request_scope).
         timeout = budget_s(task.read.timeout_s)
         options = task.read if timeout == task.read.timeout_s else replace(task.read, timeout_s=timeout)
+        if violations:
+            options = replace(options, violations=violations)
         try:
             async with asyncio.timeout(timeout):
                 reply = await engine.decide(state, questions, options=options)
@@ -249,7 +257,11 @@ class Router:
         task = self._task(policy, task_name, CheckTask)
         state = _check_state(item, context, task)
         names = {f"{task.name}.{r}": r for r in task.rules}
-        answers = await self._ask(task, policy, state, {full: task.rules[r].question for full, r in names.items()})
+        read_limit = self._engines.engine_for(task.engine, policy).limits.max_read_chars
+        size = _read_size(state) if read_limit is not None else 0
+        questions = {full: task.rules[r].question for full, r in names.items()}
+        violations = {full: task.rules[r].action.violation for full, r in names.items()}
+        answers = await self._ask(task, policy, state, questions, violations=violations)
 
         async def one(full: str, short: str) -> Decision:
             rule = task.rules[short]
@@ -262,6 +274,15 @@ class Router:
                 policy_version=policy.version,
             )
             decision = replace(decision, question=short)
+            if read_limit is not None and size > read_limit and decision.verdict == "allow":
+                # System 1 read only the first read_limit characters: what it allowed is not all there is.
+                return replace(
+                    decision,
+                    outcome=task.on_oversize,
+                    verdict=task.on_oversize,
+                    reason="oversize",
+                    detail=f"the state has {size} characters; System 1 reads at most {read_limit}",
+                )
             if not decision.escalate:
                 return decision
             escalated = await self._escalate(decision, task, policy, rule.question, state, context)
@@ -327,6 +348,12 @@ def _check_state(item: str | ToolCall | Mapping[str, Any], context: Sequence[Bas
         earlier = [m.text for m in context if m.text][-4:]
         return {"item": body, "conversation": earlier}
     return body
+
+
+def _read_size(state: State) -> int:
+    """The length of the state's text as engines read it: JSON compactly, whitespace runs as one space."""
+    text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, separators=(",", ":"))
+    return len(" ".join(text.split()))
 
 
 def _combine(decisions: Mapping[str, Decision]) -> tuple[Verdict, str]:

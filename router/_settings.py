@@ -81,6 +81,10 @@ class EmbeddedSettings(BaseModel):
     examples: Path | None = None
     """JSON or YAML file of labelled examples per question and option."""
     embedder: Literal["auto", "minilm", "e5"] = "auto"
+    open_set_rate: float = Field(default=0.1, ge=0.0, le=1.0)
+    """The share of in-scope states the open-set score begins to doubt (``docs/policies.md``); 0 turns it off."""
+    background: bool = True
+    """Whether policy-check rules learn against the shipped background of ordinary text (off: for ablations)."""
 
 
 class ModelPrice(BaseModel):

@@ -23,6 +23,7 @@ __all__ = [
     "Examples",
     "OpenEnded",
     "PolicySet",
+    "QuestionRole",
     "Route",
     "RouteTask",
     "Rule",
@@ -131,15 +132,30 @@ class Rule:
     question: Noul | Choice
     action: CheckAction = field(default_factory=CheckAction)
     examples: Examples = field(default_factory=dict)
+    background: bool = True
+    """Whether an example-trained engine also learns this rule against ordinary background text."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckTask(TaskCommon):
     kind: Literal["check"] = "check"
     rules: Mapping[str, Rule] = field(default_factory=dict)
+    on_oversize: Literal["review", "deny"] = "review"
+    """The verdict, unless a rule denies, for a state longer than the engine reads (``EngineLimits.max_read_chars``)."""
 
 
 Task: TypeAlias = RouteTask | ClassifyTask | CheckTask
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuestionRole:
+    """What a question is for, beyond its examples: how an example-trained engine learns it."""
+
+    none_option: str | None = None
+    """The route meaning "none of these"."""
+    violation: str | None = None
+    """Set for a policy-check rule: the option meaning "violated"."""
+    background: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,6 +169,17 @@ class PolicySet:
     egress_allow: tuple[str, ...] = ()
     """Self-hosted base URLs that ``local_only`` tasks may escalate to."""
     default_escalate_to: str | None = None
+
+    def question_roles(self) -> dict[str, QuestionRole]:
+        """How an example-trained engine should learn each question of ``question_examples``."""
+        out: dict[str, QuestionRole] = {}
+        for task in self.tasks.values():
+            if isinstance(task, RouteTask):
+                out[task.name] = QuestionRole(none_option=task.none_option)
+            elif isinstance(task, CheckTask):
+                for r in task.rules.values():
+                    out[f"{task.name}.{r.name}"] = QuestionRole(violation=r.action.violation, background=r.background)
+        return out
 
     def question_examples(self) -> dict[str, Examples]:
         """Labelled examples keyed by the question names the router asks engines.

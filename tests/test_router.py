@@ -268,3 +268,26 @@ async def test_a_sink_that_batches_gets_a_checks_rules_in_one_call() -> None:
     await router.check("tools", "ls")
     await router.route("support", [HumanMessage("I was charged twice")])
     assert batches == [["destructive", "exfiltration"], ["support"]]
+
+
+@pytest.mark.parametrize("on_oversize", ["review", "deny"])
+async def test_a_check_on_more_than_the_engine_reads_gets_on_oversize(on_oversize: str) -> None:
+    from dataclasses import replace
+
+    from fastslow.router.engine_api import EngineLimits
+
+    base = three_task_policy()
+    tools = base.tasks["tools"]
+    assert isinstance(tools, CheckTask)
+    policy = PolicySet(tasks={**base.tasks, "tools": replace(tools, on_oversize=on_oversize)}, version="v2")
+    engine = ScriptedEngine(_rules(0.05, 0.1), limits=EngineLimits(max_read_chars=1_000))
+    router = Router(lambda: policy, OneEngine(engine), Chats(None))
+    # Within what the engine reads (padding does not count), System 1's allow stands.
+    assert (await router.check("tools", "word " * 150 + " " * 10_000)).verdict == "allow"
+    result = await router.check("tools", "word " * 300)
+    assert result.verdict == on_oversize
+    assert {d.reason for d in result.decisions.values()} == {"oversize"}
+    assert "1499 characters" in next(iter(result.decisions.values())).detail
+    # A rule that denies from what it read still denies.
+    engine.script = _rules(0.95, 0.1)
+    assert (await router.check("tools", "word " * 300)).verdict == "deny"

@@ -5,6 +5,7 @@ answers questions its examples file covers with trained, calibrated heads and ev
 zero-shot. ``SparrowEngine`` and ``ExampleEngine`` are its two halves, usable on their own.
 """
 
+from ._background import Background, load_background
 from ._cache import EmbeddingCache, default_cache_dir
 from ._embedded_engine import SIMILARITY_TEMPERATURE, EmbeddedEngine
 from ._embedders import (
@@ -16,7 +17,7 @@ from ._embedders import (
     minilm_available,
     verify_sha256,
 )
-from ._example_engine import ExampleEngine
+from ._example_engine import ExampleEngine, Reading
 from ._examples import ExampleSet, QuestionExamples, examples_from_mapping, load_examples
 from ._head import SoftmaxHead, fit_head
 from ._models import EmbeddedModels
@@ -25,6 +26,7 @@ from ._sparrow import SPARROW_MODELS, SparrowEngine
 __all__ = [
     "SIMILARITY_TEMPERATURE",
     "SPARROW_MODELS",
+    "Background",
     "E5Embedder",
     "EmbeddedEngine",
     "EmbeddedModels",
@@ -35,11 +37,13 @@ __all__ = [
     "ExampleSet",
     "MiniLMEmbedder",
     "QuestionExamples",
+    "Reading",
     "SoftmaxHead",
     "SparrowEngine",
     "default_cache_dir",
     "examples_from_mapping",
     "fit_head",
+    "load_background",
     "load_embedder",
     "load_examples",
     "minilm_available",

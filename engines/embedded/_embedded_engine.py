@@ -33,7 +33,9 @@ from ._cache import EmbeddingCache
 from ._common import as_text, check_call, make_answer, option_text, with_budget
 from ._embedders import Embedder
 from ._example_engine import ExampleEngine
+from ._reading import CHECK_READ_CHARS, ends, squash
 from ._sparrow import SparrowEngine
+from ._zero_shot import calibrate_zero_shot
 
 __all__ = ["SIMILARITY_TEMPERATURE", "EmbeddedEngine"]
 
@@ -59,7 +61,9 @@ class EmbeddedEngine:
     """
 
     name = "embedded"
-    limits = EngineLimits(max_score_levels=SparrowEngine.limits.max_score_levels, accepts_images=False)
+    limits = EngineLimits(
+        max_score_levels=SparrowEngine.limits.max_score_levels, accepts_images=False, max_read_chars=CHECK_READ_CHARS
+    )
 
     def __init__(
         self,
@@ -108,27 +112,40 @@ class EmbeddedEngine:
         return {o: float(p) for o, p in zip(question.options, mixed, strict=True)}
 
     def _answer_all(
-        self, state: State, trained: Sequence[str], zero_shot: Mapping[str, Question], stop: StopToken | None = None
+        self,
+        state: State,
+        trained: Mapping[str, Question],
+        zero_shot: Mapping[str, Question],
+        stop: StopToken | None = None,
+        violations: Mapping[str, str] | None = None,
     ) -> tuple[dict[str, dict[str, float]], str | None]:
         """Every distribution of one call (blocking, in steps that ``stop`` can end); also the blended model name."""
         needs_vector = bool(trained) or (
             self._temperature is not None and any(isinstance(q, Choice) for q in zero_shot.values())
         )
         vector = None
-        if needs_vector and self.embedder is not None:
-            vector = self.embedder.embed([as_text(state)], stop=stop)[0]
         out: dict[str, dict[str, float]] = {}
-        for name in trained:
-            assert self.examples is not None and vector is not None
-            out[name] = self.examples.probabilities(vector, name)
+        if needs_vector and self.examples is not None:
+            violations = violations or {}
+            reading = self.examples.read(state, windows=any(n in violations for n in trained), stop=stop)
+            vector = reading.ends
+            for name, q in trained.items():
+                out[name] = self.examples.probabilities(reading, name, q, violation=violations.get(name))
+        elif needs_vector and self.embedder is not None:
+            vector = self.embedder.embed([ends(squash(as_text(state)))], stop=stop)[0]
         blended = None
         for name, q in zero_shot.items():
             if stop is not None:
                 stop.check()
-            probs = self.sparrow.probabilities(state, q)
-            if isinstance(q, Choice) and vector is not None and self._temperature is not None:
+            blend = isinstance(q, Choice) and vector is not None and self._temperature is not None
+            # Calibrated zero-shot (_zero_shot): sparrow's own for nouls, scores and unblended choices,
+            # the blend's for blended choices (it is fitted on the blend of sparrow's raw distribution).
+            probs = self.sparrow.read(state, q, calibrated=not blend, violation=(violations or {}).get(name))
+            if blend:
+                assert isinstance(q, Choice)
                 probs = self._blend(vector, q, probs, stop)
                 blended = f"{self.sparrow.model}*{self.embedder.name if self.embedder else ''}-similarity"
+                probs = calibrate_zero_shot(probs, engine=self.name, model=blended, kind=q.kind)
             out[name] = probs
         return out, blended
 
@@ -148,7 +165,7 @@ class EmbeddedEngine:
         self, state: State, questions: Mapping[str, Question], options: ReadOptions | None
     ) -> EngineReply:
         started = time.perf_counter()
-        trained = [n for n, q in questions.items() if self.examples and self.examples.uncovered(n, q) is None]
+        trained = {n: q for n, q in questions.items() if self.examples and self.examples.uncovered(n, q) is None}
         rest = {n: q for n, q in questions.items() if n not in trained}
         first: dict[str, Answer | NoAnswer] = {}
         claimed: list[bool] = []
@@ -157,10 +174,11 @@ class EmbeddedEngine:
             st: State, qs: Mapping[str, Question], _images: Sequence[Image], _options: ReadOptions
         ) -> EngineReply:
             # The first chunk also answers the trained questions, so one thread hop embeds the state once.
-            extra = [] if claimed else trained
+            extra: Mapping[str, Question] = {} if claimed else trained
             claimed.append(True)
             t0 = time.perf_counter()
-            probs, blended = await run_blocking(lambda stop: self._answer_all(st, extra, qs, stop))
+            violations = options.violations if options is not None else None
+            probs, blended = await run_blocking(lambda stop: self._answer_all(st, extra, qs, stop, violations))
             ms = (time.perf_counter() - t0) * 1000.0
             model = self.examples.model if self.examples else ""
             for name in extra:

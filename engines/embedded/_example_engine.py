@@ -1,74 +1,140 @@
-"""Decisions learned from labelled examples: embeddings plus a calibrated softmax head per question."""
+"""Decisions learned from labelled examples: embeddings plus a calibrated head per question."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
 
-from fastslow.router import Answer, ConfigError, EmbeddedSettings, Image, NoAnswer, Question, ReadOptions, State
+from fastslow.router import (
+    Answer,
+    Choice,
+    ConfigError,
+    EmbeddedSettings,
+    Image,
+    NoAnswer,
+    Question,
+    ReadOptions,
+    State,
+)
 from fastslow.router.engine_api import EngineLimits, EngineReply, StopToken, run_blocking
 
+from ._background import Background, load_background
 from ._cache import EmbeddingCache
 from ._common import as_text, check_call, make_answer, with_budget
+from ._confounds import confounds
 from ._embedders import Embedder
-from ._examples import ExampleSet, load_examples
-from ._head import SoftmaxHead, fit_head
+from ._examples import ExampleSet, QuestionExamples, load_examples
+from ._head_store import HeadStore
+from ._open_set import OPEN_SET_RATE
+from ._reading import CHECK_READ_CHARS, CHECK_WINDOW_CHARS, check_windows, ends, squash
+from ._training import TrainedQuestion, recipe, train_question
 
-__all__ = ["ExampleEngine"]
+__all__ = ["ExampleEngine", "Reading"]
 
 log = logging.getLogger("fastslow.embedded")
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """A state as the engine read it: the start-and-end embedding, and one per check window."""
+
+    ends: NDArray[np.float32]
+    """Shape ``(dim,)``: what questions are answered from, except a policy check's."""
+    windows: NDArray[np.float32]
+    """Shape ``(n, dim)``, the ends first: a policy check's question takes its most violated row."""
 
 
 class ExampleEngine:
     """Answers the questions its examples file covers; every other question gets a ``NoAnswer``.
 
     At construction every example is embedded (through the on-disk cache, so a restart runs no
-    model) and one head is trained per question; questions with identical examples share a head.
-    Construction blocks: call it from a worker thread in async code. ``EmbeddedEngine`` sends the
-    questions this engine does not cover to the zero-shot engine.
+    model) and one head is trained per question (``_training``), or loaded from the head store
+    when the same examples were trained on before with the same model; questions with identical
+    examples share a head. Construction blocks: call it from a worker thread in async code.
+    ``EmbeddedEngine`` sends the questions this engine does not cover to the zero-shot engine.
 
     Args:
         examples: the labelled examples, from ``load_examples`` or ``examples_from_mapping``.
         embedder: the sentence embedder (``load_embedder``).
         cache: where example embeddings are kept; a cache in the user cache directory when omitted.
+        background: the ordinary text policy-check rules also learn from; the shipped one when
+            omitted and a rule needs it.
+        store: where trained heads are kept; ``<cache directory>/_heads`` when omitted.
+        open_set_rate: the open-set score's rate (``_open_set``); 0 turns the score off.
+        use_background: whether policy-check rules learn against the background.
     """
 
     name = "examples"
-    limits = EngineLimits(accepts_images=False)
+    limits = EngineLimits(accepts_images=False, max_read_chars=CHECK_READ_CHARS)
 
-    def __init__(self, examples: ExampleSet, embedder: Embedder, *, cache: EmbeddingCache | None = None) -> None:
+    def __init__(
+        self,
+        examples: ExampleSet,
+        embedder: Embedder,
+        *,
+        cache: EmbeddingCache | None = None,
+        background: Background | None = None,
+        store: HeadStore | None = None,
+        open_set_rate: float = OPEN_SET_RATE,
+        use_background: bool = True,
+    ) -> None:
         self.examples = examples
         self.embedder = embedder
         self.model = f"{embedder.name}+head"
         self._cache = cache if cache is not None else EmbeddingCache()
+        self._store = store if store is not None else HeadStore(self._cache.directory / "_heads")
+        self._background = background
+        self._use_background = use_background
         self._closed = False
+        self.heads_trained = 0
+        """Heads trained (not loaded from the store) by this instance."""
         started = time.perf_counter()
-        texts = sorted({t for q in examples.questions.values() for ts in q.examples.values() for t in ts})
-        vectors = self._cache.embed(embedder, texts) if texts else np.zeros((0, embedder.dim), np.float32)
-        row = {t: i for i, t in enumerate(texts)}
-        by_fingerprint: dict[str, SoftmaxHead] = {}
-        self.heads: dict[str, SoftmaxHead] = {}
+        texts = sorted({squash(t) for q in examples.questions.values() for ts in q.examples.values() for t in ts})
+        vectors: NDArray[np.float32] | None = None
+        by_fingerprint: dict[str, TrainedQuestion] = {}
+        self.trained: dict[str, TrainedQuestion] = {}
         for name, q in examples.questions.items():
-            head = by_fingerprint.get(q.fingerprint)
-            if head is None:
-                labels = list(q.options)
-                rows = [row[t] for ts in q.examples.values() for t in ts]
-                targets = [i for i, ts in enumerate(q.examples.values()) for _ in ts]
-                head = fit_head(vectors[rows], labels, targets)
-                by_fingerprint[q.fingerprint] = head
-            self.heads[name] = head
+            for warning in confounds(q):
+                log.warning("%s%s", f"{examples.source}: " if examples.source else "", warning)
+            squashed = _squashed(q)
+            done = by_fingerprint.get(squashed.fingerprint)
+            if done is None:
+                background = self._background_for(squashed)
+                key = HeadStore.key(recipe(squashed, embedder.model_id, background, open_set_rate))
+                arrays = self._store.load(key)
+                if arrays is not None:
+                    done = TrainedQuestion.from_arrays(arrays)
+                else:
+                    if vectors is None:
+                        vectors = self._cache.embed(embedder, texts)
+                    done = train_question(squashed, texts, vectors, background, open_set_rate=open_set_rate)
+                    self.heads_trained += 1
+                    self._store.save(key, done.to_arrays())
+                by_fingerprint[squashed.fingerprint] = done
+            self.trained[name] = done
+        self.heads = {name: t.head for name, t in self.trained.items()}
         log.info(
-            "trained %d example heads with %s in %.2f s (%d example texts)",
-            len(by_fingerprint),
+            "example heads with %s: %d trained, %d loaded, in %.2f s (%d example texts)",
             embedder.name,
+            self.heads_trained,
+            len(by_fingerprint) - self.heads_trained,
             time.perf_counter() - started,
             len(texts),
         )
+
+    def _background_for(self, q: QuestionExamples) -> Background | None:
+        """The background if ``q`` learns from it, loaded on first need."""
+        if not self._use_background or q.violation is None or not q.background or set(q.options) != {"yes", "no"}:
+            return None
+        if self._background is None:
+            self._background = load_background(self.embedder, self._cache)
+        return self._background
 
     @classmethod
     def from_file(cls, path: str | Path, embedder: Embedder, *, cache: EmbeddingCache | None = None) -> ExampleEngine:
@@ -95,9 +161,9 @@ class ExampleEngine:
         head = self.heads.get(name)
         if head is None:
             return f"no examples for question {name!r}"
-        # A head answers a question whose options include all it was trained on; options without
-        # examples (a route task's "none of these") get no probability from it, so they never win
-        # here and low confidence escalates instead.
+        # A head answers a question whose options include all it was trained on; an option without
+        # examples is the "none of these" option when the policy names it so, or when it is the
+        # only one: the open-set score gives it its probability.
         if not set(head.labels) <= set(question.options):
             return (
                 f"the examples for {name!r} have options {sorted(head.labels)}, "
@@ -105,16 +171,56 @@ class ExampleEngine:
             )
         return None
 
-    def embed_state(self, state: State, stop: StopToken | None = None) -> NDArray[np.float32]:
-        """The state's embedding (blocking; stops when ``stop`` says). States never reach the disk cache."""
-        vector: NDArray[np.float32] = self.embedder.embed([as_text(state)], stop=stop)[0]
-        return vector
+    def read(self, state: State, *, windows: bool, stop: StopToken | None = None) -> Reading:
+        """Embed what the engine reads of ``state`` (blocking; stops when ``stop`` says).
 
-    def probabilities(self, vector: NDArray[np.float32], name: str) -> dict[str, float]:
-        """The head's distribution for question ``name`` given the state's embedding."""
-        head = self.heads[name]
-        p = head.probabilities(vector[None, :])[0]
-        return {label: float(x) for label, x in zip(head.labels, p, strict=True)}
+        ``windows``: also embed every check window, for policy checks. States never reach the disk cache.
+        """
+        text = squash(as_text(state))
+        pieces = [ends(text)]
+        if windows and len(text) > CHECK_WINDOW_CHARS:
+            pieces += check_windows(text)[0]
+        vectors = self.embedder.embed(pieces, stop=stop)
+        return Reading(ends=vectors[0], windows=vectors)
+
+    def embed_state(self, state: State, stop: StopToken | None = None) -> NDArray[np.float32]:
+        """The embedding choices are answered from (blocking)."""
+        return self.read(state, windows=False, stop=stop).ends
+
+    def probabilities(
+        self,
+        reading: Reading | NDArray[np.float32],
+        name: str,
+        question: Question,
+        *,
+        violation: str | None = None,
+    ) -> dict[str, float]:
+        """The distribution for question ``name`` given what was read of the state.
+
+        With ``violation`` (a policy check), the window most likely violated decides. Otherwise a
+        choice adds its open-set probability to its "none of these" option, or flattens towards
+        uniform without one.
+        """
+        if not isinstance(reading, Reading):
+            reading = Reading(ends=reading, windows=reading[None, :])
+        trained = self.trained[name]
+        head = trained.head
+        if violation is not None:
+            rows = head.probabilities(reading.windows)
+            p = rows[int(rows[:, head.labels.index(violation)].argmax())] if violation in head.labels else rows[0]
+            return {label: float(x) for label, x in zip(head.labels, p, strict=True)}
+        p = head.probabilities(reading.ends[None, :])[0]
+        probs = {label: float(x) for label, x in zip(head.labels, p, strict=True)}
+        if trained.open_set is None or not isinstance(question, Choice):
+            return probs
+        out_of_scope = float(trained.open_set.p_out(reading.ends[None, :])[0])
+        none = _none_option(trained, question)
+        if none is not None:
+            scaled = {o: (1.0 - out_of_scope) * probs.get(o, 0.0) for o in question.options}
+            scaled[none] += out_of_scope
+            return scaled
+        uniform = out_of_scope / len(probs)
+        return {o: (1.0 - out_of_scope) * v + uniform for o, v in probs.items()}
 
     async def decide(
         self,
@@ -126,21 +232,31 @@ class ExampleEngine:
     ) -> EngineReply:
         """Answer the covered questions about ``state``; see ``fastslow.router.engine_api.DecisionEngine``."""
         clean = check_call(self.name, self._closed, state, questions, images)
-        return await with_budget(self._decide(clean, questions), options, engine=self.name)
+        violations = (options.violations if options is not None else None) or {}
+        return await with_budget(self._decide(clean, questions, violations), options, engine=self.name)
 
-    async def _decide(self, state: State, questions: Mapping[str, Question]) -> EngineReply:
+    async def _decide(
+        self, state: State, questions: Mapping[str, Question], violations: Mapping[str, str]
+    ) -> EngineReply:
         started = time.perf_counter()
         reasons = {name: self.uncovered(name, q) for name, q in questions.items()}
-        vector = None
-        if any(r is None for r in reasons.values()):
-            vector = await run_blocking(lambda stop: self.embed_state(state, stop))
+        covered = [name for name, r in reasons.items() if r is None]
+        reading = None
+        if covered:
+            windows = any(n in violations for n in covered)
+            reading = await run_blocking(lambda stop: self.read(state, windows=windows, stop=stop))
         elapsed = (time.perf_counter() - started) * 1000.0
         answers: dict[str, Answer | NoAnswer] = {}
         for name, q in questions.items():
             reason = reasons[name]
-            if reason is None and vector is not None:
+            if reason is None and reading is not None:
                 answers[name] = make_answer(
-                    name, q, self.probabilities(vector, name), engine=self.name, model=self.model, latency_ms=elapsed
+                    name,
+                    q,
+                    self.probabilities(reading, name, q, violation=violations.get(name)),
+                    engine=self.name,
+                    model=self.model,
+                    latency_ms=elapsed,
                 )
             else:
                 answers[name] = NoAnswer(
@@ -155,3 +271,19 @@ class ExampleEngine:
 
     async def aclose(self) -> None:
         self._closed = True
+
+
+def _squashed(q: QuestionExamples) -> QuestionExamples:
+    """``q`` with its examples' whitespace squashed, as states are read."""
+    examples = {o: tuple(dict.fromkeys(squash(t) for t in ts)) for o, ts in q.examples.items()}
+    return QuestionExamples(
+        name=q.name, examples=examples, none_option=q.none_option, violation=q.violation, background=q.background
+    )
+
+
+def _none_option(trained: TrainedQuestion, question: Choice) -> str | None:
+    """The option the open-set probability goes to, if the question has one."""
+    if trained.none_option is not None and trained.none_option in question.criteria:
+        return trained.none_option
+    missing = [o for o in question.options if o not in trained.head.labels]
+    return missing[0] if len(missing) == 1 else None

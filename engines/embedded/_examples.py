@@ -5,7 +5,9 @@
         examples:
           billing: ["I was charged twice", ...]
           technical: [...]
+        none_of_these: other      # optional: the option meaning "none of these" (out of scope)
       is_injection:               # a noul: options yes / no
+        check: true               # optional: a policy-check rule (read window by window, background negatives)
         examples: {yes: [...], no: [...]}
 
 Every scalar is read as text: ``yes``/``no``/``on``/``off`` stay strings (YAML 1.1 would make them
@@ -19,10 +21,10 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from fastslow.router import ConfigError
 
@@ -38,6 +40,12 @@ class QuestionExamples:
     name: str
     examples: Mapping[str, tuple[str, ...]]
     """Option name -> example texts, in file order."""
+    none_option: str | None = None
+    """The option meaning "none of these": the open-set score's probability goes to it."""
+    violation: str | None = None
+    """Set for a policy-check rule: the option meaning "violated" (``yes``). Such a rule reads a
+    state window by window and, when ``background`` holds, learns against the shipped background."""
+    background: bool = True
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -45,8 +53,9 @@ class QuestionExamples:
 
     @property
     def fingerprint(self) -> str:
-        """sha256 of the options and texts: questions with equal examples share one trained head."""
-        return hashlib.sha256(json.dumps(self.examples, sort_keys=True).encode()).hexdigest()
+        """sha256 of the options, texts and role: questions with equal ones share one trained head."""
+        role = [self.none_option, self.violation, self.background]
+        return hashlib.sha256(json.dumps([self.examples, role], sort_keys=True).encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,9 +66,22 @@ class ExampleSet:
     source: str | None = None
 
 
+def _flag(value: object) -> object:
+    # The loader keeps every scalar a string (so option "yes" stays "yes"); flags read it back.
+    if isinstance(value, str) and value.lower() in {"true", "false"}:
+        return value.lower() == "true"
+    return value
+
+
+_Flag = Annotated[bool, BeforeValidator(_flag)]
+
+
 class _Question(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     examples: dict[str, list[str]] = Field(min_length=2)
+    none_of_these: str | None = None
+    check: _Flag = False
+    background: _Flag = True
 
 
 class _File(BaseModel):
@@ -120,7 +142,13 @@ def _build(model: _File, source: str | None) -> ExampleSet:
         examples = {option: tuple(t.strip() for t in texts) for option, texts in body.examples.items()}
         if set(examples) == set(_NOUL_ALIASES):  # true/false, as on Jev's wire, mean yes/no
             examples = {_NOUL_ALIASES[o]: texts for o, texts in examples.items()}
-        questions[name] = QuestionExamples(name=name, examples=examples)
+        questions[name] = QuestionExamples(
+            name=name,
+            examples=examples,
+            none_option=body.none_of_these,
+            violation="yes" if body.check else None,
+            background=body.background,
+        )
     return ExampleSet(questions=questions, source=source)
 
 

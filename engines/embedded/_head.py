@@ -11,8 +11,9 @@ option with a single example) the head keeps a default penalty and temperature 1
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -46,6 +47,27 @@ class SoftmaxHead:
         """Rows of probabilities over ``labels`` for embeddings ``x`` of shape ``(n, dim)``."""
         return _softmax((np.asarray(x, dtype=np.float64) @ self.weights + self.bias) / self.temperature)
 
+    def to_arrays(self) -> dict[str, NDArray[Any]]:
+        """The head as named arrays (for ``np.savez``; no pickling)."""
+        return {
+            "labels": np.array(self.labels, dtype=str),
+            "weights": self.weights,
+            "bias": self.bias,
+            "scalars": np.array([self.temperature, self.l2, np.nan if self.cv_log_loss is None else self.cv_log_loss]),
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, NDArray[Any]]) -> SoftmaxHead:
+        temperature, l2, loss = (float(v) for v in arrays["scalars"])
+        return cls(
+            labels=tuple(str(v) for v in arrays["labels"]),
+            weights=np.asarray(arrays["weights"], dtype=np.float64),
+            bias=np.asarray(arrays["bias"], dtype=np.float64),
+            temperature=temperature,
+            l2=l2,
+            cv_log_loss=None if math.isnan(loss) else loss,
+        )
+
 
 def _softmax(z: F64) -> F64:
     z = z - z.max(axis=1, keepdims=True)
@@ -54,17 +76,19 @@ def _softmax(z: F64) -> F64:
     return out
 
 
-def _log_loss(logits: F64, y: NDArray[np.intp]) -> float:
+def _log_loss(logits: F64, y: NDArray[np.intp], w: F64 | None = None) -> float:
     z = logits - logits.max(axis=1, keepdims=True)
     logz = np.log(np.exp(z).sum(axis=1))
-    return float(np.mean(logz - z[np.arange(len(y)), y]))
+    return float(np.average(logz - z[np.arange(len(y)), y], weights=w))
 
 
-def _train(x: F64, y: NDArray[np.intp], k: int, l2: float, start: F64 | None = None) -> F64:
-    """L-BFGS on the penalised mean cross-entropy; returns packed ``[W; b]`` of shape ``(dim + 1, k)``."""
+def _train(x: F64, y: NDArray[np.intp], k: int, l2: float, start: F64 | None = None, w: F64 | None = None) -> F64:
+    """L-BFGS on the penalised (weighted) mean cross-entropy; returns packed ``[W; b]`` of shape ``(dim + 1, k)``."""
     n, d = x.shape
     onehot = np.zeros((n, k))
     onehot[np.arange(n), y] = 1.0
+    # Example weights, scaled to mean 1 so the penalty means the same with and without them.
+    scale = np.ones(n) if w is None else w * (n / float(w.sum()))
 
     def loss_grad(theta: F64) -> tuple[float, F64]:
         w, b = theta[:d], theta[d]
@@ -72,8 +96,8 @@ def _train(x: F64, y: NDArray[np.intp], k: int, l2: float, start: F64 | None = N
         z = logits - logits.max(axis=1, keepdims=True)
         e = np.exp(z)
         s = e.sum(axis=1, keepdims=True)
-        loss = float(np.mean(np.log(s[:, 0]) - z[np.arange(n), y])) + 0.5 * l2 * float(np.sum(w * w))
-        r = (e / s - onehot) / n
+        loss = float(np.mean(scale * (np.log(s[:, 0]) - z[np.arange(n), y]))) + 0.5 * l2 * float(np.sum(w * w))
+        r = (e / s - onehot) * (scale / n)[:, None]
         grad = np.empty_like(theta)
         grad[:d] = x.T @ r + l2 * w
         grad[d] = r.sum(axis=0)
@@ -119,7 +143,7 @@ def _train(x: F64, y: NDArray[np.intp], k: int, l2: float, start: F64 | None = N
     return theta
 
 
-def _fit_temperature(logits: F64, y: NDArray[np.intp]) -> float:
+def _fit_temperature(logits: F64, y: NDArray[np.intp], w: F64 | None = None) -> float:
     """The temperature minimising out-of-fold log-loss plus a one-example uniform prior.
 
     The prior (cross-entropy to the uniform distribution, weighted as one example among ``n``)
@@ -134,7 +158,7 @@ def _fit_temperature(logits: F64, y: NDArray[np.intp]) -> float:
         z = logits / math.exp(log_t)
         z = z - z.max(axis=1, keepdims=True)
         lse = np.log(np.exp(z).sum(axis=1))
-        return float(np.mean(lse - z[rows, y]) + weight * np.mean(lse - z.mean(axis=1)))
+        return float(np.average(lse - z[rows, y], weights=w) + weight * np.mean(lse - z.mean(axis=1)))
 
     lo, hi = -6.0, 3.0
     ratio = (math.sqrt(5.0) - 1.0) / 2.0
@@ -166,19 +190,25 @@ def _folds(y: NDArray[np.intp], k: int, seed: int) -> list[NDArray[np.intp]]:
 def fit_head(
     x: NDArray[np.floating],
     labels: Sequence[str],
-    targets: Sequence[int],
+    targets: Sequence[int] | NDArray[np.integer],
     *,
+    weights: Sequence[float] | NDArray[np.floating] | None = None,
     l2_grid: Sequence[float] = L2_GRID,
     seed: int = 0,
 ) -> SoftmaxHead:
-    """Train a calibrated head on embeddings ``x`` with ``targets`` indexing ``labels``."""
+    """Train a calibrated head on embeddings ``x`` with ``targets`` indexing ``labels``.
+
+    ``weights`` weigh the examples in the loss, the cross-validated log-loss and the temperature
+    (a policy check's background texts weigh less than its own examples).
+    """
     xs = np.asarray(x, dtype=np.float64)
     y = np.asarray(targets, dtype=np.intp)
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)
     k = len(labels)
     counts = np.bincount(y, minlength=k)
     n_folds = min(MAX_FOLDS, int(counts.min()))
     if n_folds < 2:
-        theta = _train(xs, y, k, DEFAULT_L2)
+        theta = _train(xs, y, k, DEFAULT_L2, w=w)
         return SoftmaxHead(labels=tuple(labels), weights=theta[:-1], bias=theta[-1], temperature=1.0, l2=DEFAULT_L2)
 
     folds = _folds(y, n_folds, seed)
@@ -188,17 +218,17 @@ def fit_head(
     for l2 in sorted(l2_grid, reverse=True):  # strongest penalty first; each fit warm-starts the next
         oof = np.zeros((len(y), k))
         for i, (held, keep) in enumerate(zip(folds, keeps, strict=True)):
-            starts[i] = _train(xs[keep], y[keep], k, l2, starts[i])
+            starts[i] = _train(xs[keep], y[keep], k, l2, starts[i], None if w is None else w[keep])
             theta_i = starts[i]
             assert theta_i is not None
             oof[held] = xs[held] @ theta_i[:-1] + theta_i[-1]
-        temperature = _fit_temperature(oof, y)
-        loss = _log_loss(oof / temperature, y)
+        temperature = _fit_temperature(oof, y, w)
+        loss = _log_loss(oof / temperature, y, w)
         if best is None or loss < best[0]:
             best = (loss, l2, temperature, starts[0])
     assert best is not None
     loss, l2, temperature, start = best
-    theta = _train(xs, y, k, l2, start)
+    theta = _train(xs, y, k, l2, start, w)
     return SoftmaxHead(
         labels=tuple(labels),
         weights=theta[:-1],

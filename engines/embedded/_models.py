@@ -56,7 +56,13 @@ class EmbeddedModels:
 
     def example_engine(self, examples: ExampleSet) -> ExampleEngine:
         """An example-trained engine on ``examples`` (blocking: embeds them and fits the heads)."""
-        return ExampleEngine(examples, self.embedder, cache=self.cache)
+        return ExampleEngine(
+            examples,
+            self.embedder,
+            cache=self.cache,
+            open_set_rate=self.settings.open_set_rate,
+            use_background=self.settings.background,
+        )
 
     def embedded_engine(self, examples: ExampleSet | None) -> EmbeddedEngine:
         """The default engine: heads trained on ``examples`` where they exist, zero-shot elsewhere."""

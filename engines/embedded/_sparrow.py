@@ -19,8 +19,10 @@ from fastslow.router.engine_api import (
     split_and_ask,
 )
 
-from ._common import check_call, make_answer, with_budget
+from ._common import as_text, check_call, make_answer, with_budget
 from ._embedders import verify_sha256
+from ._reading import CHECK_READ_CHARS, CHECK_WINDOW_CHARS, check_windows, ends, squash
+from ._zero_shot import calibrate_zero_shot, shipped_zero_shot_calibrations
 
 __all__ = ["SPARROW_MODELS", "SparrowEngine"]
 
@@ -43,7 +45,7 @@ class SparrowEngine:
     """
 
     name = "sparrow"
-    limits = EngineLimits(max_score_levels=10, accepts_images=False)
+    limits = EngineLimits(max_score_levels=10, accepts_images=False, max_read_chars=CHECK_READ_CHARS)
 
     def __init__(self, model: str = DEFAULT_SPARROW_MODEL) -> None:
         import sparrow_decider
@@ -53,11 +55,17 @@ class SparrowEngine:
         path = Path(sparrow_decider.__file__).parent / "models" / f"{model}.sparrow"
         verify_sha256(path, SPARROW_MODELS[model])
         self._decider = sparrow_decider.Decider.load(str(path))
+        shipped_zero_shot_calibrations()  # a broken calibration file fails here, not on the first call
         self.model = model
         self._closed = False
 
-    def probabilities(self, state: State, question: Question) -> dict[str, float]:
-        """The model's distribution over ``question.options`` (blocking; microseconds to milliseconds)."""
+    def probabilities(self, state: State, question: Question, *, calibrated: bool = True) -> dict[str, float]:
+        """The model's distribution over ``question.options`` (blocking; microseconds to milliseconds).
+
+        Calibrated with the shipped zero-shot calibration of this model and question type
+        (``_zero_shot``); ``calibrated=False`` gives the model's own distribution, which
+        ``bench/fit_zero_shot.py`` fits that calibration on.
+        """
         wire: dict[str, Any] = question_to_wire(question)
         if isinstance(question, Noul):
             # Leave unset outcomes out so sparrow uses its own default descriptions.
@@ -65,18 +73,41 @@ class SparrowEngine:
         _, names, _, p = self._decider.probs(state, wire)
         probs = {n: float(x) for n, x in zip(names, np.asarray(p, dtype=np.float64), strict=True)}
         if isinstance(question, Noul):
-            return {"yes": probs["true"], "no": probs["false"]}
-        return probs
+            probs = {"yes": probs["true"], "no": probs["false"]}
+        if not calibrated:
+            return probs
+        return calibrate_zero_shot(probs, engine=self.name, model=self.model, kind=question.kind)
+
+    def read(
+        self, state: State, question: Question, *, calibrated: bool = True, violation: str | None = None
+    ) -> dict[str, float]:
+        """``probabilities`` of what the engine reads of ``state`` (``_reading``): bounded, whatever its length.
+
+        With ``violation`` (a policy check) the most violated window of a long state decides;
+        otherwise its start and end are read.
+        """
+        text = squash(as_text(state))
+        if violation is not None and len(text) > CHECK_WINDOW_CHARS:
+            pieces = [ends(text), *check_windows(text)[0]]
+            read = (self.probabilities(p, question, calibrated=calibrated) for p in pieces)
+            return max(read, key=lambda d: d.get(violation, 0.0))
+        start_and_end = ends(text)
+        # A state that fits is passed as it is (sparrow renders a mapping itself).
+        return self.probabilities(state if start_and_end == text else start_and_end, question, calibrated=calibrated)
 
     def probabilities_many(
-        self, state: State, questions: Mapping[str, Question], stop: StopToken | None = None
+        self,
+        state: State,
+        questions: Mapping[str, Question],
+        stop: StopToken | None = None,
+        violations: Mapping[str, str] | None = None,
     ) -> dict[str, dict[str, float]]:
         """Every question's distribution, one question per step (``stop`` is checked between them)."""
         out: dict[str, dict[str, float]] = {}
         for name, q in questions.items():
             if stop is not None:
                 stop.check()
-            out[name] = self.probabilities(state, q)
+            out[name] = self.read(state, q, violation=(violations or {}).get(name))
         return out
 
     async def decide(
@@ -93,10 +124,10 @@ class SparrowEngine:
         return await with_budget(call, options, engine=self.name)
 
     async def _ask(
-        self, state: State, questions: Mapping[str, Question], _images: Sequence[Image], _options: ReadOptions
+        self, state: State, questions: Mapping[str, Question], _images: Sequence[Image], options: ReadOptions
     ) -> EngineReply:
         started = time.perf_counter()
-        probs = await run_blocking(lambda stop: self.probabilities_many(state, questions, stop))
+        probs = await run_blocking(lambda stop: self.probabilities_many(state, questions, stop, options.violations))
         elapsed = (time.perf_counter() - started) * 1000.0
         answers: dict[str, Answer] = {
             name: make_answer(name, q, probs[name], engine=self.name, model=self.model, latency_ms=elapsed)

@@ -1,0 +1,130 @@
+"""The zero-shot calibration the embedded engines ship (engines/embedded/zero_shot_calibration.json)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastslow.engines.embedded import SparrowEngine
+from fastslow.engines.embedded._zero_shot import (
+    FORMAT,
+    ZeroShotCalibration,
+    load_zero_shot_calibrations,
+    shipped_zero_shot_calibrations,
+)
+from fastslow.policies.evaluation import convert, ece, read_rows
+from fastslow.router import Choice, ConfigError, Noul, Score
+
+SPARROW = "sparrow-nano-general-v1.1"
+E5_BLEND = f"{SPARROW}*e5-small-q4-similarity"
+
+
+def _random_distribution(rng: random.Random, options: list[str]) -> dict[str, float]:
+    weights = [rng.random() ** 3 + 1e-9 for _ in options]
+    total = sum(weights)
+    return {o: w / total for o, w in zip(options, weights, strict=True)}
+
+
+def test_the_shipped_file_loads_and_covers_the_zero_shot_engines() -> None:
+    shipped = shipped_zero_shot_calibrations()
+    assert shipped.meta["format"] == FORMAT
+    assert shipped.meta["fastslow_version"]
+    for engine, model, kind in (
+        ("sparrow", SPARROW, "choice"),
+        ("sparrow", SPARROW, "noul"),
+        ("sparrow", SPARROW, "score"),
+        ("embedded", E5_BLEND, "choice"),
+    ):
+        found = shipped.get(engine, model, kind)
+        assert found is not None, (engine, model, kind)
+        if found.form != "identity":
+            assert found.info["fitted_on"]["n"] > 0
+
+
+@pytest.mark.parametrize("k", [2, 3, 7, 11, 64, 151])
+def test_every_shipped_calibration_keeps_a_distribution_and_its_order(k: int) -> None:
+    rng = random.Random(k)
+    for cal in shipped_zero_shot_calibrations().entries.values():
+        options = ["yes", "no"] if cal.kind == "noul" else [f"o{i}" for i in range(k)]
+        if cal.kind == "noul" and k != 2:
+            continue
+        for _ in range(50):
+            raw = _random_distribution(rng, options)
+            out = cal.apply(raw)
+            assert list(out) == options
+            assert sum(out.values()) == pytest.approx(1.0, abs=1e-9)
+            assert all(0.0 <= p <= 1.0 for p in out.values())
+            if cal.kind != "noul" or cal.bias == 0.0:  # a bias may move P(yes) across 1/2
+                assert sorted(options, key=raw.__getitem__) == sorted(options, key=out.__getitem__)
+
+
+def test_a_platt_calibration_keeps_the_order_of_p_yes_across_states() -> None:
+    cal = ZeroShotCalibration(engine="e", model="m", kind="noul", form="platt", slope=0.6, bias=-0.3)
+    raw = [0.001, 0.2, 0.5, 0.51, 0.9, 0.999999]
+    out = [cal.apply({"yes": p, "no": 1 - p})["yes"] for p in raw]
+    assert out == sorted(out) and len(set(out)) == len(out)
+
+
+def test_a_temperature_depends_on_the_number_of_options_within_its_range() -> None:
+    cal = ZeroShotCalibration(
+        engine="e", model="m", kind="choice", form="temperature", beta0=0.5, beta_log_k=0.25, k_min=2, k_max=64
+    )
+    assert cal.beta(7) == pytest.approx(0.5 + 0.25 * np.log(7))
+    assert cal.beta(1000) == cal.beta(64) and cal.beta(2) == pytest.approx(0.5 + 0.25 * np.log(2))
+    sharp = cal.apply({"a": 0.6, "b": 0.3, "c": 0.1})
+    assert sharp["a"] < 0.6  # beta < 1 at K = 3: softer
+
+
+def test_the_sparrow_engine_applies_it_and_still_gives_the_raw_one() -> None:
+    engine = SparrowEngine()
+    shipped = shipped_zero_shot_calibrations()
+    for question in (
+        Choice(
+            criteria={"billing": "charges, invoices", "bug": "broken feature", "other": None}, instructions="Intent?"
+        ),
+        Noul(instructions="Is the user asking for money back?"),
+        Score(levels=["not urgent", "soon", "now"], instructions="How urgent?"),
+    ):
+        raw = engine.probabilities("I was charged twice", question, calibrated=False)
+        calibrated = engine.probabilities("I was charged twice", question)
+        expected = shipped.apply(raw, engine="sparrow", model=SPARROW, kind=question.kind)
+        assert calibrated == pytest.approx(expected)
+        assert sum(calibrated.values()) == pytest.approx(1.0)
+
+
+def test_a_bad_calibration_file_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"format": FORMAT, "calibrations": [{"engine": "e", "model": "m", "kind": "noul",
+                                                                    "form": "temperature"}]}))  # fmt: skip
+    with pytest.raises(ConfigError, match="form 'temperature' is not one for noul"):
+        load_zero_shot_calibrations(path)
+    path.write_text("{}")
+    with pytest.raises(ConfigError, match="not a fastslow-zero-shot-calibration/1 file"):
+        load_zero_shot_calibrations(path)
+
+
+@pytest.mark.data
+def test_the_calibration_lowers_ece_on_a_set_it_was_not_fitted_on(shared_data: Path, tmp_path: Path) -> None:
+    # XSTest, all 450 prompts (is the prompt unsafe?): the yes/no calibration was fitted on topic
+    # questions about SNIPS and HWU64 requests and on prompt-injection training rows only.
+    out = tmp_path / "xstest.jsonl"
+    convert("xstest", shared_data, out)
+    engine = SparrowEngine()
+    conf_raw: list[float] = []
+    right_raw: list[bool] = []
+    conf_cal: list[float] = []
+    right_cal: list[bool] = []
+    for row in read_rows(out).rows:
+        ((name, question),) = row.questions.items()
+        for calibrated, conf, right in ((False, conf_raw, right_raw), (True, conf_cal, right_cal)):
+            probs = engine.probabilities(row.state, question, calibrated=calibrated)
+            best = max(probs, key=probs.__getitem__)
+            conf.append(probs[best])
+            right.append(best == row.labels[name])
+    assert len(conf_raw) == 450
+    assert right_raw == right_cal  # a temperature keeps every answer; only the confidences move
+    assert ece(conf_cal, right_cal) < ece(conf_raw, right_raw) - 0.02
