@@ -2,22 +2,31 @@
 
 Data lives in ``../shared/data`` beside the checkout, or wherever ``FASTSLOW_SHARED_DATA`` points;
 nothing is copied into the repository. Splits are deterministic (seeded).
+
+``Bench`` (converted sets, seeded test samples, benign traffic), ``read_jsonl`` / ``write_jsonl``,
+``log`` and ``wilson`` are shared by ``report.py`` and ``quality.py``.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import json
+import math
 import os
 import random
+import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 __all__ = [
+    "Bench",
     "DataMissing",
     "Task",
     "accuracy",
@@ -26,12 +35,18 @@ __all__ = [
     "coverage_curve",
     "data_dir",
     "ece",
+    "log",
     "prompt_injections",
+    "read_jsonl",
     "reliability",
+    "wilson",
+    "write_jsonl",
     "xstest",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+Z_95 = 1.959963984540054
+"""The standard normal quantile of 0.975: a two-sided 95 % interval."""
 
 
 class DataMissing(Exception):
@@ -207,3 +222,117 @@ def coverage_at(probs: F64, labels: Sequence[int], target: float = 0.97) -> floa
     coverage, acc = coverage_curve(probs, labels)
     ok = np.flatnonzero(acc >= target)
     return float(coverage[ok.max()]) if len(ok) else 0.0
+
+
+def wilson(successes: float, n: float, z: float = Z_95) -> tuple[float, float]:
+    """The Wilson score interval (95 % by default) for ``successes`` out of ``n``; ``(0, 1)`` when ``n`` is 0.
+
+    Unlike the normal approximation it stays inside [0, 1] and is sensible at 0 or ``n`` successes
+    and for small ``n``: the interval to report beside a share measured on a few hundred rows.
+    """
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    z2 = z * z
+    denominator = 1.0 + z2 / n
+    centre = (p + z2 / (2.0 * n)) / denominator
+    half = z * math.sqrt(p * (1.0 - p) / n + z2 / (4.0 * n * n)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+# -- converted sets, shared by report.py and quality.py --------------------------------------------
+
+
+def log(message: str) -> None:
+    """One timestamped progress line on stderr."""
+    sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {message}\n")
+    sys.stderr.flush()
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every row of a JSON Lines file (gunzipped when the name ends ``.gz``)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
+    """Write ``rows`` as JSON Lines to ``path`` and return it."""
+    with path.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
+
+
+class Bench:
+    """Converted data under one work folder: whole sets, seeded test samples and benign traffic."""
+
+    def __init__(self, data: Path, work: Path, *, rows: int, seed: int) -> None:
+        self.data = data
+        self.work = work
+        self.rows = rows
+        self.seed = seed
+        (work / "data").mkdir(parents=True, exist_ok=True)
+
+    def converted(self, name: str, shots: int | None, *, seed: int | None = None) -> tuple[Path, Path | None]:
+        """The full conversion of ``name`` (with ``shots`` examples per label), and its examples policy.
+
+        ``seed`` (default the bench's) seeds the converter: its validation split and which
+        training rows become examples.
+        """
+        from fastslow.policies.evaluation import convert
+
+        seed = self.seed if seed is None else seed
+        suffix = (f"-{shots}" if shots else "") + (f"-seed{seed}" if seed != self.seed else "")
+        out = self.work / "data" / f"{name}{suffix}.jsonl.gz"
+        examples = out.with_name(out.name + ".examples.yaml")
+        if not out.is_file() or (shots and not examples.is_file()):
+            convert(name, self.data, out, seed=seed, examples_per_label=shots)
+        return out, examples if shots else None
+
+    def test_sample(self, name: str) -> Path:
+        """A seeded sample of ``self.rows`` test rows of ``name`` (all of them when fewer)."""
+        out = self.work / "data" / f"{name}.test-{self.rows}.jsonl"
+        if not out.is_file():
+            full, _ = self.converted(name, None)
+            test = [r for r in read_jsonl(full) if r.get("meta", {}).get("split") == "test"]
+            random.Random(self.seed).shuffle(test)
+            write_jsonl(out, test[: self.rows])
+        return out
+
+    def benign(self, check: str, task: str, rules: list[str], *, quick: bool = False) -> dict[str, Path]:
+        """Ordinary traffic as rows of the check ``task``, every rule labelled "no" (MT-Bench only when ``quick``)."""
+        out: dict[str, Path] = {}
+        rng = random.Random(self.seed)
+
+        def rows_of(texts: list[str]) -> list[dict[str, Any]]:
+            rng.shuffle(texts)
+            return [
+                {"id": f"benign-{i}", "task": task, "state": t, "labels": dict.fromkeys(rules, "no")}
+                for i, t in enumerate(texts[: self.rows])
+            ]
+
+        if not quick:
+            clinc = read_jsonl(self.test_sample("clinc150-intent"))
+            in_scope = [r["state"] for r in clinc if "none_of_these" not in r["labels"].values()]
+            path = self.work / "data" / f"benign-clinc-{check}.jsonl"
+            out["CLINC150 in-scope"] = write_jsonl(path, rows_of(in_scope))
+        mt_bench = [
+            json.loads(line)["turns"][0]
+            for line in (self.data / "routellm" / "mt_bench__question.jsonl").read_text().splitlines()
+            if line.strip()
+        ]
+        out["MT-Bench questions"] = write_jsonl(self.work / "data" / f"benign-mtbench-{check}.jsonl", rows_of(mt_bench))
+        if quick:
+            return out
+        moderation, _ = self.converted("moderation", None)
+        clean = [
+            r["state"]
+            for r in read_jsonl(moderation)
+            if r["meta"].get("split") == "test" and len(r["labels"]) == 8 and set(r["labels"].values()) == {"no"}
+        ]
+        if check != "moderation":
+            out["moderation clean rows"] = write_jsonl(
+                self.work / "data" / f"benign-moderation-{check}.jsonl", rows_of(clean)
+            )
+        return out

@@ -9,35 +9,45 @@ training examples per option, run as a policy task exactly as the router runs it
 trained on their training split and run on their test split and on benign text from other sets
 (CLINC150 in-scope, MT-Bench questions, the moderation set's clean rows), so false denies on
 ordinary traffic show. RouteLLM is also run cross-domain (trained on MMLU, tested on GSM8K).
+Then ``bench/quality.py`` measures the quality targets (``--no-quality`` leaves them out) and its
+section "System-1 quality: targets" ends the page.
 
-    python bench/report.py            # the full report (about 30 minutes on two cores, cold cache)
-    python bench/report.py --quick    # one set, two engines, 60 rows: under a minute
+    python bench/report.py            # the full report (about 30 minutes on two cores, cold cache, without quality)
+    python bench/report.py --quick    # one set, two engines, 60 rows, quality.py --quick: about two minutes
 
 The full run rewrites ``docs/benchmarks.md`` and its plots (``--docs DIR`` elsewhere); reports
 and data go under ``--work`` (default ``bench/out/report``). The last line of stdout is one JSON
 object with every figure. Nothing is tuned here: thresholds are the policy defaults, examples come
-from the training split, and every figure is on rows no engine learned from.
+from the training split, and every figure is on rows no engine learned from (the quality section's
+thresholds come from cross-validation on training rows).
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import gzip
-import json
-import logging
 import os
-import random
-import shutil
-import sys
-import time
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from fastslow.api import evaluate
-from fastslow.policies.evaluation import convert
-from fastslow.router import EmbeddedSettings, EngineName, Settings
+# As in quality.py, which this runs: one OpenBLAS thread a process (MiniLM runs in numpy, and
+# OpenBLAS's threads thrash on a loaded two-core machine). Read when numpy loads, so before it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import quality  # noqa: E402
+
+from fastslow.api import evaluate  # noqa: E402
+from fastslow.router import EmbeddedSettings, EngineName, Settings  # noqa: E402
+
+from _data import Bench as DataBench  # noqa: E402
+from _data import log as _log  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = Path(os.environ.get("FASTSLOW_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -81,89 +91,8 @@ def _configs(quick: bool) -> list[Config]:
     return out
 
 
-def _log(message: str) -> None:
-    sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {message}\n")
-    sys.stderr.flush()
-
-
-def _rows(path: Path) -> list[dict[str, Any]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
-def _write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
-    with path.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return path
-
-
-class Bench:
+class Bench(DataBench):
     """Converted data and report directories under one work folder."""
-
-    def __init__(self, data: Path, work: Path, *, rows: int, seed: int) -> None:
-        self.data = data
-        self.work = work
-        self.rows = rows
-        self.seed = seed
-        (work / "data").mkdir(parents=True, exist_ok=True)
-
-    def converted(self, name: str, shots: int | None) -> tuple[Path, Path | None]:
-        """The full conversion of ``name`` (with ``shots`` examples per label), and its examples policy."""
-        suffix = f"-{shots}" if shots else ""
-        out = self.work / "data" / f"{name}{suffix}.jsonl.gz"
-        examples = out.with_name(out.name + ".examples.yaml")
-        if not out.is_file() or (shots and not examples.is_file()):
-            convert(name, self.data, out, seed=self.seed, examples_per_label=shots)
-        return out, examples if shots else None
-
-    def test_sample(self, name: str) -> Path:
-        """A seeded sample of ``self.rows`` test rows of ``name`` (all of them when fewer)."""
-        out = self.work / "data" / f"{name}.test-{self.rows}.jsonl"
-        if not out.is_file():
-            full, _ = self.converted(name, None)
-            test = [r for r in _rows(full) if r.get("meta", {}).get("split") == "test"]
-            random.Random(self.seed).shuffle(test)
-            _write_rows(out, test[: self.rows])
-        return out
-
-    def benign(self, check: str, task: str, rules: list[str], *, quick: bool = False) -> dict[str, Path]:
-        """Ordinary traffic as rows of the check ``task``, every rule labelled "no" (MT-Bench only when ``quick``)."""
-        out: dict[str, Path] = {}
-        rng = random.Random(self.seed)
-
-        def rows_of(texts: list[str]) -> list[dict[str, Any]]:
-            rng.shuffle(texts)
-            return [
-                {"id": f"benign-{i}", "task": task, "state": t, "labels": dict.fromkeys(rules, "no")}
-                for i, t in enumerate(texts[: self.rows])
-            ]
-
-        if not quick:
-            clinc = _rows(self.test_sample("clinc150-intent"))
-            in_scope = [r["state"] for r in clinc if "none_of_these" not in r["labels"].values()]
-            path = self.work / "data" / f"benign-clinc-{check}.jsonl"
-            out["CLINC150 in-scope"] = _write_rows(path, rows_of(in_scope))
-        mt_bench = [
-            json.loads(line)["turns"][0]
-            for line in (self.data / "routellm" / "mt_bench__question.jsonl").read_text().splitlines()
-            if line.strip()
-        ]
-        out["MT-Bench questions"] = _write_rows(self.work / "data" / f"benign-mtbench-{check}.jsonl", rows_of(mt_bench))
-        if quick:
-            return out
-        moderation, _ = self.converted("moderation", None)
-        clean = [
-            r["state"]
-            for r in _rows(moderation)
-            if r["meta"].get("split") == "test" and len(r["labels"]) == 8 and set(r["labels"].values()) == {"no"}
-        ]
-        if check != "moderation":
-            out["moderation clean rows"] = _write_rows(
-                self.work / "data" / f"benign-moderation-{check}.jsonl", rows_of(clean)
-            )
-        return out
 
     async def run(
         self, label: str, config: Config, data: Path, *, policy: Path | None = None, task: str | None = None
@@ -309,6 +238,7 @@ def render(
     quick: bool,
     seconds: float,
     plots: list[str],
+    quality_results: dict[str, Any] | None = None,
 ) -> str:
     lines = [
         "# Benchmarks",
@@ -317,9 +247,11 @@ def render(
         f"{'a --quick run' if quick else 'the full run'} took {seconds / 60:.1f} minutes on this machine "
         f"(2 cores, cold cache). Every figure is `fastslow eval` on a seeded sample of at most {rows} rows "
         "of each set's **test** split, rows no engine learned from; thresholds are the policy defaults "
-        "(min confidence 0.7, min margin 0.15), fixed before the run; examples per option come from the "
-        "training split. The reports themselves (metrics.json, plots, predictions) are under "
-        "`bench/out/report/reports/`. Data: `../shared/data` (licences in each folder; see docs/data.md).",
+        "(min confidence 0.7, min margin 0.15), fixed before the run, except in the last section, "
+        "*System-1 quality: targets*, whose thresholds and bands come from cross-validation on the training "
+        "rows; examples per option come from the training split. The reports themselves (metrics.json, plots, "
+        "predictions) are under `bench/out/report/reports/`. Data: `../shared/data` (licences in each folder; see "
+        "docs/data.md).",
         "",
         "Columns: **accuracy** of System 1's most probable option; **kept** is the share System 1 kept "
         "under the thresholds and **acc. kept** their accuracy (the operating point on new data); "
@@ -400,6 +332,8 @@ def render(
         lines.append("")
     lines += _behind(route, cross, check)
     lines += ["## Plots", ""] + [f"![{p}](benchmarks/{p})" for p in plots] + [""]
+    if quality_results is not None:
+        lines += [quality.render_quality(quality_results)]
     return "\n".join(lines)
 
 
@@ -525,6 +459,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     check = await checks(
         bench, ["xstest"] if args.quick else CHECKS, ["e5"] if args.quick else ["e5", "minilm"], quick=args.quick
     )
+    quality_results = None
+    if args.quality:
+        quality_results = await quality.measure_async(
+            args.data, args.work / "quality", quick=args.quick, seed=args.seed
+        )
     seconds = time.monotonic() - started
     # The first complete run of a work folder is the cold one (conversion, training, every row); a
     # later run resumes every report and only redraws the page, so the page keeps the first figure.
@@ -545,7 +484,17 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             shutil.copyfile(Path(best["_dir"]) / "coverage.png", plots_dir / target)
             plots.append(target)
     (docs / "benchmarks.md").write_text(
-        render(route, cross, check, rows=args.rows, quick=args.quick, seconds=seconds, plots=plots), encoding="utf-8"
+        render(
+            route,
+            cross,
+            check,
+            rows=args.rows,
+            quick=args.quick,
+            seconds=seconds,
+            plots=plots,
+            quality_results=quality_results,
+        ),
+        encoding="utf-8",
     )
 
     def brief(m: dict[str, Any]) -> dict[str, Any]:
@@ -578,17 +527,24 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             }
             for n, by_config in check.items()
         },
+        "quality": quality_results,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="one set, two engines, 60 rows (under a minute)")
+    parser.add_argument("--quick", action="store_true", help="one set, two engines, 60 rows; quality.py --quick")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the shared data folder")
     parser.add_argument("--work", type=Path, default=REPO / "bench" / "out" / "report", help="data and reports")
     parser.add_argument("--docs", type=Path, default=None, help="where benchmarks.md goes (default docs/)")
     parser.add_argument("--rows", type=int, default=None, help="test rows per set (1000; 100 with --quick)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--quality",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run bench/quality.py (the quality targets; its --quick with --quick) and append its section",
+    )
     args = parser.parse_args(argv)
     if args.rows is None:
         args.rows = 60 if args.quick else 1000

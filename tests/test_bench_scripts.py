@@ -39,6 +39,46 @@ def test_the_report_quick_mode_writes_the_report_and_one_json_line(shared_data: 
     assert (tmp_path / "docs" / "benchmarks" / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.data
+@pytest.mark.slow
+def test_the_quality_quick_mode_measures_every_target_and_ends_with_one_json_line(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    command = [
+        sys.executable,
+        str(BENCH / "quality.py"),
+        "--quick",
+        "--data",
+        str(shared_data),
+        "--work",
+        str(tmp_path),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["quick"] is True and results["errors"] == []
+    for section in ("clinc", "banking", "xstest", "injection", "documents"):
+        for figure in (f for entry in results[section].values() for f in entry["figures"]):
+            assert figure["n"] > 0, (section, figure)
+            assert 0.0 <= figure["low"] <= figure["value"] <= figure["high"] <= 1.0, (section, figure)
+    thresholds = results["clinc"]["e5"]["thresholds"]
+    assert 0.5 <= thresholds["min_confidence"] <= 0.99 and thresholds["min_margin"] in (0, 0.05, 0.1, 0.15, 0.2, 0.3)
+    for bands in results["xstest"]["e5"]["bands"].values():
+        assert 0.0 <= bands["allow_at"] <= bands["deny_at"] <= 1.0
+    assert {(c["task"], c["state"]) for c in results["latency"]["e5"]["cells"]} == {
+        ("route", "short"),
+        ("route", "long"),
+        ("check", "short"),
+        ("check", "long"),
+    }
+    assert results["zero_shot"]["shipped"]["sets"]
+    page = (tmp_path / "quality.md").read_text()
+    assert page.startswith("## System-1 quality: targets")
+    for heading in ("### 1. CLINC150", "### 2. Banking77", "### 3. XSTest", "### 4. Prompt injections", "### 6."):
+        assert heading in page
+    assert "Wilson 95 %" in page
+
+
 @pytest.mark.slow
 def test_the_abuse_bench_quick_mode(tmp_path: Path) -> None:
     done = subprocess.run(

@@ -109,7 +109,24 @@ class Embedder(Protocol):
 
 
 BATCH_TEXTS = 32
-"""Short texts embedded in one step (under the lock)."""
+"""Short texts embedded in one step (under the lock)..."""
+STEP_CHARS = 2_000
+"""...and at most this many characters of them, about one 512-token window: a check's 200 windows
+of a long state then take many short steps, each of which the deadline can end after."""
+
+
+def _steps(rows: Sequence[int], texts: Sequence[str]) -> Iterator[list[int]]:
+    """``rows`` in groups of at most ``BATCH_TEXTS`` texts and ``STEP_CHARS`` characters (one text at least)."""
+    group: list[int] = []
+    size = 0
+    for i in rows:
+        if group and (len(group) >= BATCH_TEXTS or size + len(texts[i]) > STEP_CHARS):
+            yield group
+            group, size = [], 0
+        group.append(i)
+        size += len(texts[i])
+    if group:
+        yield group
 
 
 def minilm_available() -> bool:
@@ -156,13 +173,12 @@ class MiniLMEmbedder:
     def embed(self, texts: Sequence[str], *, stop: StopToken | None = None) -> NDArray[np.float32]:
         # The model truncates every text at 256 tokens, so a step of BATCH_TEXTS texts is bounded.
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for start in range(0, len(texts), BATCH_TEXTS):
+        for rows in _steps(range(len(texts)), texts):
             if stop is not None:
                 stop.check()
-            batch = list(texts[start : start + BATCH_TEXTS])
             with self._lock.hold(stop):
-                self.texts_embedded += len(batch)
-                out[start : start + len(batch)] = self._model.embed(batch)
+                self.texts_embedded += len(rows)
+                out[rows] = self._model.embed([texts[i] for i in rows])
         return out
 
 
@@ -207,10 +223,9 @@ class E5Embedder:
     def embed(self, texts: Sequence[str], *, stop: StopToken | None = None) -> NDArray[np.float32]:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         short = [i for i, t in enumerate(texts) if len(t) <= SHORT_CHARS]
-        for start in range(0, len(short), BATCH_TEXTS):
+        for rows in _steps(short, texts):
             if stop is not None:
                 stop.check()
-            rows = short[start : start + BATCH_TEXTS]
             with self._lock.hold(stop):
                 self.texts_embedded += len(rows)
                 out[rows] = self._query([texts[i] for i in rows])
