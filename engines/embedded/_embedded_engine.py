@@ -140,7 +140,7 @@ class EmbeddedEngine:
             blend = isinstance(q, Choice) and vector is not None and self._temperature is not None
             # Calibrated zero-shot (_zero_shot): sparrow's own for nouls, scores and unblended choices,
             # the blend's for blended choices (it is fitted on the blend of sparrow's raw distribution).
-            probs = self.sparrow.read(state, q, calibrated=not blend, violation=(violations or {}).get(name))
+            probs = self.sparrow.read(state, q, calibrated=not blend, violation=(violations or {}).get(name), stop=stop)
             if blend:
                 assert isinstance(q, Choice)
                 probs = self._blend(vector, q, probs, stop)

@@ -79,7 +79,13 @@ class SparrowEngine:
         return calibrate_zero_shot(probs, engine=self.name, model=self.model, kind=question.kind)
 
     def read(
-        self, state: State, question: Question, *, calibrated: bool = True, violation: str | None = None
+        self,
+        state: State,
+        question: Question,
+        *,
+        calibrated: bool = True,
+        violation: str | None = None,
+        stop: StopToken | None = None,
     ) -> dict[str, float]:
         """``probabilities`` of what the engine reads of ``state`` (``_reading``): bounded, whatever its length.
 
@@ -88,9 +94,15 @@ class SparrowEngine:
         """
         text = squash(as_text(state))
         if violation is not None and len(text) > CHECK_WINDOW_CHARS:
-            pieces = [ends(text), *check_windows(text)[0]]
-            read = (self.probabilities(p, question, calibrated=calibrated) for p in pieces)
-            return max(read, key=lambda d: d.get(violation, 0.0))
+            worst: dict[str, float] | None = None
+            for piece in [ends(text), *check_windows(text)[0]]:
+                if stop is not None:
+                    stop.check()  # one window a step: a deadline ends a long check within one
+                probs = self.probabilities(piece, question, calibrated=calibrated)
+                if worst is None or probs.get(violation, 0.0) > worst.get(violation, 0.0):
+                    worst = probs
+            assert worst is not None
+            return worst
         start_and_end = ends(text)
         # A state that fits is passed as it is (sparrow renders a mapping itself).
         return self.probabilities(state if start_and_end == text else start_and_end, question, calibrated=calibrated)
@@ -107,7 +119,7 @@ class SparrowEngine:
         for name, q in questions.items():
             if stop is not None:
                 stop.check()
-            out[name] = self.read(state, q, violation=(violations or {}).get(name))
+            out[name] = self.read(state, q, violation=(violations or {}).get(name), stop=stop)
         return out
 
     async def decide(
