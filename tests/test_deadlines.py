@@ -87,8 +87,10 @@ async def test_many_questions_over_a_long_state_stop_at_the_budget(engine: Embed
     questions = {f"q{i}": Noul(instructions=f"Does it mention item {i}?") for i in range(64)}
     state = "word " * 19_999
     started = time.monotonic()
+    # As a policy check, so that every question reads every window of the state: 64 x 200 steps.
+    checks = ReadOptions(timeout_s=0.2, violations=dict.fromkeys(questions, "yes"))
     with pytest.raises(EngineTimeout):
-        await engine.sparrow.decide(state, questions, options=ReadOptions(timeout_s=0.2))
+        await engine.sparrow.decide(state, questions, options=checks)
     assert time.monotonic() - started < 0.2 + 1.0
     assert await asyncio.to_thread(_idle_cpu_s) < ONE_STEP_CPU_S
 

@@ -110,9 +110,10 @@ class Embedder(Protocol):
 
 BATCH_TEXTS = 32
 """Short texts embedded in one step (under the lock)..."""
-STEP_CHARS = 2_000
-"""...and at most this many characters of them, about one 512-token window: a check's 200 windows
-of a long state then take many short steps, each of which the deadline can end after."""
+STEP_CHARS = 500
+"""...and at most this many characters of them, which is at most one 512-token window of tokens
+whatever the script (``SHORT_CHARS``): a check's 200 windows of a long state then take many short
+steps, each of which the deadline can end after."""
 
 
 def _steps(rows: Sequence[int], texts: Sequence[str]) -> Iterator[list[int]]:
