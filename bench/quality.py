@@ -1253,7 +1253,10 @@ def _latency_section(results: dict[str, Any], blas_threads: str | None) -> list[
 def _zero_shot_section(result: dict[str, Any] | None) -> list[str]:
     lines = ["### 7. Zero-shot calibration", ""]
     if not result:
-        return lines + ["TODO: bench/fit_zero_shot.py's evaluation did not run (see the errors below).", ""]
+        return lines + [
+            "Not measured in this run: bench/fit_zero_shot.py's evaluation did not run (see the errors below).",
+            "",
+        ]
     lines += [
         f"`bench/fit_zero_shot.py`'s own evaluation of the shipped calibration (`{result['calibration']}`), on sets it "
         f"was not fitted on, at most {result['rows_per_set']} rows a set: raw → calibrated. AUROC is P(yes) ranking "

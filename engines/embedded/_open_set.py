@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ._head import _folds
+
 __all__ = ["OPEN_SET_RATE", "OpenSet", "fit_open_set"]
 
 F64 = NDArray[np.float64]
@@ -107,16 +109,11 @@ def fit_open_set(
         return None
     center = xs.mean(axis=0)
     z = _unit(xs - center)
-    # Stratified folds, so each class keeps examples on both sides of every split.
-    rng = np.random.default_rng(seed)
-    fold = np.empty(len(y), dtype=np.intp)
-    for label in np.unique(y):
-        members = np.flatnonzero(y == label)
-        rng.shuffle(members)
-        fold[members] = np.arange(len(members)) % FOLDS
+    # Stratified folds (the head's own), so each class keeps examples on both sides of every split.
     reference = np.empty(len(y))
-    for f in range(FOLDS):
-        held = fold == f
-        if held.any() and (~held).any():
-            reference[held] = (z[held] @ z[~held].T).max(axis=1)
+    everything = np.arange(len(y))
+    for held in _folds(y, FOLDS, seed):
+        keep = np.setdiff1d(everything, held)
+        if held.size and keep.size:
+            reference[held] = (z[held] @ z[keep].T).max(axis=1)
     return OpenSet(center=center, examples=z, reference=np.sort(reference), rate=rate)
