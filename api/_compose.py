@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 from fastslow.engines import EnginePool, needs_examples
 from fastslow.engines.chat import Frontier
 from fastslow.policies import PolicySource, PolicyStore, load_policy, locate_policy
-from fastslow.router import Router, Settings
+from fastslow.policies.tuning import fit_mismatches
+from fastslow.router import PolicySet, Router, Settings
 
-__all__ = ["Runtime", "build_runtime"]
+__all__ = ["Runtime", "build_runtime", "embedder_name"]
+
+log = logging.getLogger("fastslow.policy")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +33,16 @@ class Runtime:
     async def aclose(self) -> None:
         await self.engines.aclose()
         await self.chats.aclose()
+
+
+def embedder_name(settings: Settings) -> str:
+    """The embedder the settings give the embedded engines (``auto`` is e5)."""
+    return "e5" if settings.embedded.embedder == "auto" else settings.embedded.embedder
+
+
+def _warn_stale_fits(settings: Settings, path: Path, policy: PolicySet) -> None:
+    for line in fit_mismatches(policy, default_engine=settings.engine, embedder=embedder_name(settings)):
+        log.warning("%s: %s", path, line)
 
 
 def build_runtime(settings: Settings) -> Runtime:
@@ -53,6 +68,9 @@ def build_runtime(settings: Settings) -> Runtime:
     # for (or times out on) training.
     engines.warm(store.current)
     store.add_listener(lambda _old, new: engines.warm(new))
+    warn = partial(_warn_stale_fits, settings, source.path)
+    warn(store.current)
+    store.add_listener(lambda _old, new: warn(new))
     chats = Frontier(settings.system2, openai_api=settings.system2.openai_api)
     router = Router(lambda: store.current, engines, chats)
     return Runtime(settings=settings, policy_source=source, store=store, engines=engines, chats=chats, router=router)

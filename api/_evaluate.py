@@ -196,6 +196,7 @@ async def evaluate(
     limit: int | None = None,
     progress: bool = True,
     overwrite: bool = False,
+    system2: bool = True,
 ) -> RunInfo:
     """Answer every row of ``data`` and write ``predictions.jsonl``, ``run.json`` and the report to ``out_dir``.
 
@@ -215,6 +216,8 @@ async def evaluate(
         limit: only the first ``limit`` rows (after ``split``), for quick runs.
         progress: show a progress bar on stderr.
         overwrite: start over, discarding a run already in ``out_dir``.
+        system2: whether escalated decisions go to System 2 (off: they stay escalated; fitting
+            System 1's numbers needs only its distributions, and costs nothing this way).
 
     Returns:
         The run record as written to ``run.json``; its ``problems`` list the rows left out.
@@ -238,7 +241,7 @@ async def evaluate(
         overwrite=overwrite,
     )
     info = plan.info
-    runner = _Runner(settings, plan.policy_path, plan.policy)
+    runner = _Runner(settings, plan.policy_path, plan.policy, system2=system2)
     try:
         await runner.start(jobs=[job for job, _ in plan.todo])
         with (
@@ -600,11 +603,21 @@ def _drop_cut_line(path: Path) -> None:
         fh.truncate(0)
 
 
+class _NoSystem2:
+    """A System 2 that is never there: escalated decisions stay escalated."""
+
+    def chat_for(self, _ref: str | None) -> None:
+        return None
+
+
 class _Runner:
     """Runs one row: through the engine for an explicit row, through the router for a task row."""
 
-    def __init__(self, settings: Settings, policy_path: Path | None, policy: PolicySet | None) -> None:
+    def __init__(
+        self, settings: Settings, policy_path: Path | None, policy: PolicySet | None, *, system2: bool = True
+    ) -> None:
         self._settings = settings
+        self._system2 = system2
         self._policy_path = policy_path
         self._policy = policy
         self._runtime: Runtime | None = None
@@ -624,7 +637,12 @@ class _Runner:
                 raise ConfigError(
                     "the policy file changed while the run started; run it again", path=str(self._policy_path)
                 )
-            self._router = self._runtime.router
+            runtime = self._runtime
+            self._router = (
+                runtime.router
+                if self._system2
+                else Router(lambda: runtime.store.current, runtime.engines, _NoSystem2())
+            )
             self._pool = self._runtime.engines
         if any(job.task is None for job in jobs):
             pool = self._pool or EnginePool(self._settings)

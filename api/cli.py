@@ -20,7 +20,14 @@ from typing import Annotated, Any, BinaryIO, NoReturn, cast, get_args
 
 import typer
 
-from fastslow.policies import BUILTIN_POLICY, POLICY_FILE_NAME, PolicySource, load_policy, locate_policy
+from fastslow.policies import (
+    BUILTIN_POLICY,
+    POLICY_FILE_NAME,
+    PolicySource,
+    load_policy,
+    locate_policy,
+    parse_policy,
+)
 from fastslow.router import ConfigError, EngineError, EngineName, InvalidRequest, Settings, get_settings
 from fastslow.router.engine_api import SystemOneRequest, parse_systemone_request, render_systemone_reply
 
@@ -699,6 +706,309 @@ def eval_command(
     sys.stdout.write(f"report: {out}\n{summary}\n")
     if summary.predictions and summary.errors == summary.predictions:
         _fail(f"System 1 answered no row: {summary.first_error}", EXIT_ENGINE)
+
+
+def _fit(
+    command: str,
+    *,
+    policy: Path,
+    task: str,
+    data: Path | None,
+    from_log: bool,
+    tenant: str | None,
+    sample: str | None,
+    out: Path | None,
+    engine: str | None,
+    examples: Path | None,
+    split: str | None,
+    held_out: float,
+    seed: int,
+    dry_run: bool,
+    progress: bool,
+    fit: Callable[[Any, Settings], Any],
+) -> None:
+    """What calibrate and tune share: check the arguments, run the task on the data, fit, diff, write."""
+    from fastslow.policies.tuning import PolicyEditor, TooFewLabels
+
+    from ._tune import SAMPLE_WORDS, Sample, apply, collect, collect_from_log, plot
+
+    SAMPLES = tuple(SAMPLE_WORDS)
+
+    if not policy.is_file():
+        _fail(f"--policy: no such file {policy}", EXIT_BAD_INPUT)
+    if (data is None) == (not from_log):
+        _fail(
+            "--data: give an evaluation file, or --from-log for the decision log's outcomes (not both)", EXIT_BAD_INPUT
+        )
+    if data is not None and not data.is_file():
+        _fail(f"--data: no such file {data}", EXIT_BAD_INPUT)
+    if tenant is not None and not from_log:
+        _fail("--tenant: filters the decision log; it needs --from-log", EXIT_BAD_INPUT)
+    if sample is not None and (not from_log or sample not in SAMPLES):
+        _fail(f"--sample: with --from-log, one of {', '.join(SAMPLES)}, not {sample!r}", EXIT_BAD_INPUT)
+    if from_log and split is not None:
+        _fail("--split: the decision log has no splits; drop --split with --from-log", EXIT_BAD_INPUT)
+    if engine is not None and engine not in ENGINE_NAMES:
+        _fail(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINE_NAMES)}", EXIT_BAD_INPUT)
+    if not 0.0 < held_out < 1.0:
+        _fail(f"--held-out: must lie strictly between 0 and 1, not {held_out}", EXIT_BAD_INPUT)
+    if split is not None and split not in ("train", "validation"):
+        _fail(f"--split: fit on train or validation rows, not {split!r} (the test split judges a fit)", EXIT_BAD_INPUT)
+    settings = _settings(cast(EngineName | None, engine), examples)
+    out_dir = out if out is not None else settings.resolved_data_dir() / "fits" / f"{command}-{task}"
+    try:
+        # Read (and check) the file first: a file that cannot be rewritten faithfully fails before the run.
+        editor = PolicyEditor(policy)
+        editor.task(task)
+        gathering = (
+            collect(
+                data,
+                out_dir,
+                settings=settings,
+                policy=policy,
+                task=task,
+                split=split,
+                held_out=held_out,
+                seed=seed,
+                progress=progress,
+            )
+            if data is not None
+            else collect_from_log(
+                settings=settings,
+                policy=policy,
+                task=task,
+                tenant=tenant,
+                sample=cast("Sample | None", sample),
+                held_out=held_out,
+                seed=seed,
+            )
+        )
+        collected = asyncio.run(gathering)
+        result = fit(collected, settings)
+        apply(editor, result)
+        # The edited file must load as a policy before anything is shown as its new form.
+        parse_policy(editor.text(), source=str(policy), default_engine=settings.engine)
+    except TooFewLabels as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except ConfigError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        _fail(f"interrupted; run the same command again to resume the run in {out_dir}", EXIT_INTERRUPTED)
+    left = collected.test_rows_left_out
+    sys.stdout.write(
+        f"{len({p.row for p in collected.fit})} fit rows, {len({p.row for p in collected.held_out})} held-out rows"
+        + (f"; {left} test rows left out (never fitted on)" if left else "")
+        + (f"; {collected.unanswered} decisions System 1 did not answer left out" if collected.unanswered else "")
+        + "\n"
+    )
+    if collected.source == "log":
+        sys.stdout.write(
+            f"from the decision log ({collected.sample}): {SAMPLE_WORDS[collected.sample or 'all']} "
+            f"(policy versions: {collected.info.policy_version})\n"
+        )
+    for line in result.lines:
+        sys.stdout.write(line + "\n")
+    picture = out_dir / f"{command}.png"
+    if plot(result, picture, task):
+        sys.stdout.write(f"accuracy-coverage plot: {picture}\n")
+    diff = editor.diff()
+    sys.stdout.write(diff or "(no change to the policy file)\n")
+    if dry_run:
+        sys.stdout.write(f"dry run: {policy} not written\n")
+        return
+    try:
+        editor.write()
+    except ConfigError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    sys.stdout.write(f"wrote {policy}; a running service reloads it\n")
+
+
+_POLICY_OPT = typer.Option("--policy", help="The policy file to fit and rewrite.")
+_TASK_OPT = typer.Option("--task", help="The task to fit.")
+_DATA_OPT = typer.Option("--data", help="Labelled evaluation file (JSON Lines); its test split is never used.")
+_LOG_OPT = typer.Option("--from-log", help="Fit on outcomes recorded in the decision log instead of --data.")
+_TENANT_OPT = typer.Option("--tenant", help="With --from-log: only this tenant's decisions (the fit is shared).")
+_SAMPLE_OPT = typer.Option(
+    "--sample", help="With --from-log: weighted (audit sample by 1/rate, plus escalations), audit, or all."
+)
+_OUT_OPT = typer.Option("--out", help="Report directory of the run (default DATA_DIR/fits/COMMAND-TASK; resumable).")
+_HELD_OUT_OPT = typer.Option("--held-out", help="Share of labelled rows held out to judge the fit.")
+_SPLIT_OPT = typer.Option("--split", help="Only rows of this split: train or validation (default: both).")
+_DRY_OPT = typer.Option("--dry-run", help="Show the fit and the diff; write nothing.")
+
+
+@app.command("calibrate")
+def calibrate_command(
+    policy: Annotated[Path, _POLICY_OPT],
+    task: Annotated[str, _TASK_OPT],
+    data: Annotated[Path | None, _DATA_OPT] = None,
+    from_log: Annotated[bool, _LOG_OPT] = False,
+    tenant: Annotated[str | None, _TENANT_OPT] = None,
+    sample: Annotated[str | None, _SAMPLE_OPT] = None,
+    out: Annotated[Path | None, _OUT_OPT] = None,
+    engine: Annotated[str | None, typer.Option(help="System-1 engine (the settings' when omitted).")] = None,
+    examples: Annotated[Path | None, typer.Option(help="Examples file for the example-trained engine.")] = None,
+    split: Annotated[str | None, _SPLIT_OPT] = None,
+    held_out: Annotated[float, _HELD_OUT_OPT] = 0.5,
+    seed: Annotated[int, typer.Option(help="Seed of the fit / held-out split.")] = 0,
+    dry_run: Annotated[bool, _DRY_OPT] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+) -> None:
+    """Fit the task's temperature (task-wide and per question) and write it into the policy file."""
+    from ._tune import calibrate_task
+
+    _fit(
+        "calibrate",
+        policy=policy,
+        task=task,
+        data=data,
+        from_log=from_log,
+        tenant=tenant,
+        sample=sample,
+        out=out,
+        engine=engine,
+        examples=examples,
+        split=split,
+        held_out=held_out,
+        seed=seed,
+        dry_run=dry_run,
+        progress=progress,
+        fit=lambda c, _settings: calibrate_task(c, c.info.data),
+    )
+
+
+@app.command("tune")
+def tune_command(
+    policy: Annotated[Path, _POLICY_OPT],
+    task: Annotated[str, _TASK_OPT],
+    data: Annotated[Path | None, _DATA_OPT] = None,
+    from_log: Annotated[bool, _LOG_OPT] = False,
+    tenant: Annotated[str | None, _TENANT_OPT] = None,
+    sample: Annotated[str | None, _SAMPLE_OPT] = None,
+    target_accuracy: Annotated[
+        float,
+        typer.Option("--target-accuracy", help="Accuracy the kept decisions must show (routes, classifications)."),
+    ] = 0.97,
+    level: Annotated[float, typer.Option(help="Confidence level of the lower bound.")] = 0.95,
+    max_false_deny: Annotated[
+        float, typer.Option("--max-false-deny", help="Checks: the most benign states denied (a share).")
+    ] = 0.02,
+    max_miss: Annotated[
+        float, typer.Option("--max-miss", help="Checks: the most violations allowed (a share).")
+    ] = 0.05,
+    out: Annotated[Path | None, _OUT_OPT] = None,
+    engine: Annotated[str | None, typer.Option(help="System-1 engine (the settings' when omitted).")] = None,
+    examples: Annotated[Path | None, typer.Option(help="Examples file for the example-trained engine.")] = None,
+    split: Annotated[str | None, _SPLIT_OPT] = None,
+    held_out: Annotated[float, _HELD_OUT_OPT] = 0.5,
+    seed: Annotated[int, typer.Option(help="Seed of the fit / held-out split and the bootstrap.")] = 0,
+    dry_run: Annotated[bool, _DRY_OPT] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+) -> None:
+    """Choose the task's thresholds (or a check's bands) to keep the most decisions at a stated accuracy."""
+    from ._tune import tune_task
+
+    for name, value in (
+        ("--target-accuracy", target_accuracy),
+        ("--max-false-deny", max_false_deny),
+        ("--max-miss", max_miss),
+    ):
+        if not 0.0 < value < 1.0:
+            _fail(f"{name}: must lie strictly between 0 and 1, not {value}", EXIT_BAD_INPUT)
+    if not 0.5 <= level < 1.0:
+        _fail(f"--level: must be at least 0.5 and below 1, not {level}", EXIT_BAD_INPUT)
+    _fit(
+        "tune",
+        policy=policy,
+        task=task,
+        data=data,
+        from_log=from_log,
+        tenant=tenant,
+        sample=sample,
+        out=out,
+        engine=engine,
+        examples=examples,
+        split=split,
+        held_out=held_out,
+        seed=seed,
+        dry_run=dry_run,
+        progress=progress,
+        fit=lambda c, settings: tune_task(
+            c,
+            c.info.data,
+            settings,
+            target=target_accuracy,
+            level=level,
+            max_false_deny=max_false_deny,
+            max_miss=max_miss,
+            seed=seed,
+        ),
+    )
+
+
+report_app = typer.Typer(help="Reports on what the service decided.", no_args_is_help=True)
+app.add_typer(report_app, name="report")
+
+
+@report_app.command("drift")
+def report_drift(
+    policy: Annotated[Path, _POLICY_OPT],
+    task: Annotated[str, _TASK_OPT],
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's decisions.")] = None,
+    since_days: Annotated[float, typer.Option("--since-days", help="Only decisions of the last N days.")] = 7.0,
+    level: Annotated[float, typer.Option(help="Confidence level of the accuracy bounds.")] = 0.95,
+) -> None:
+    """Compare recent logged outcomes with the task's fit; exit 1 when it should be refitted (for CI or cron)."""
+    from datetime import UTC, datetime, timedelta
+
+    from ._drift import drift
+
+    if not policy.is_file():
+        _fail(f"--policy: no such file {policy}", EXIT_BAD_INPUT)
+    if not since_days > 0:
+        _fail(f"--since-days: must be positive, not {since_days}", EXIT_BAD_INPUT)
+    if not 0.5 <= level < 1.0:
+        _fail(f"--level: must be at least 0.5 and below 1, not {level}", EXIT_BAD_INPUT)
+    settings = _settings(None, None)
+    since = datetime.now(UTC) - timedelta(days=since_days)
+    try:
+        result = asyncio.run(
+            drift(settings=settings, policy=policy, task=task, tenant=tenant, since=since, level=level)
+        )
+    except ConfigError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    sys.stdout.write("".join(f"{line}\n" for line in result.lines))
+    if result.refit:
+        raise typer.Exit(EXIT_DRIFT)
+
+
+EXIT_DRIFT = 1
+
+
+@report_app.command("shadow")
+def report_shadow(
+    policy: Annotated[Path, _POLICY_OPT],
+    task: Annotated[str, _TASK_OPT],
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's decisions.")] = None,
+    since_days: Annotated[float, typer.Option("--since-days", help="Only decisions of the last N days.")] = 7.0,
+) -> None:
+    """For a task in shadow mode: agreement with the incumbent, what System 1 would have kept, the savings."""
+    from datetime import UTC, datetime, timedelta
+
+    from ._shadow import shadow_report
+
+    if not policy.is_file():
+        _fail(f"--policy: no such file {policy}", EXIT_BAD_INPUT)
+    if not since_days > 0:
+        _fail(f"--since-days: must be positive, not {since_days}", EXIT_BAD_INPUT)
+    since = datetime.now(UTC) - timedelta(days=since_days)
+    try:
+        result = asyncio.run(
+            shadow_report(settings=_settings(None, None), policy=policy, task=task, tenant=tenant, since=since)
+        )
+    except ConfigError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    sys.stdout.write("".join(f"{line}\n" for line in result.lines))
 
 
 ENGINE_NAMES: tuple[str, ...] = get_args(EngineName)

@@ -214,7 +214,9 @@ class Runs:
     dropped: dict[str, int] = field(default_factory=dict)
     """Rows each run left out because they were training examples of the task asking them."""
 
-    def settings(self, embedder: str, *, open_set_rate: float = 0.1, background: bool = True) -> Settings:
+    def settings(
+        self, embedder: str, *, open_set_rate: float = 0.1, background: bool = True, head: str = "adapted"
+    ) -> Settings:
         return Settings(
             engine="embedded",
             data_dir=self.work / "state",
@@ -222,6 +224,7 @@ class Runs:
                 embedder=embedder,  # type: ignore[arg-type]
                 open_set_rate=open_set_rate,
                 background=background,
+                head=head,  # type: ignore[arg-type]
             ),
             # No System 2: an escalated decision stays unresolved, and nothing leaves the machine.
             system2=System2Settings(default="local:none", local_base_url=None),
@@ -463,11 +466,11 @@ def route_figures(predictions: Sequence[Prediction]) -> list[dict[str, Any]]:
     ]
 
 
-async def clinc(ctx: Context, embedder: str, *, open_set_rate: float = 0.1) -> dict[str, Any]:
-    """Section 1 for one embedder and open-set rate."""
+async def clinc(ctx: Context, embedder: str, *, open_set_rate: float = 0.1, head: str = "adapted") -> dict[str, Any]:
+    """Section 1 for one embedder, open-set rate and head."""
     template, examples = _clinc_examples(ctx)
-    settings = ctx.runs.settings(embedder, open_set_rate=open_set_rate)
-    label = _slug("clinc", embedder, "open-set" if open_set_rate else "no-open-set")
+    settings = ctx.runs.settings(embedder, open_set_rate=open_set_rate, head=head)
+    label = _slug("clinc", embedder, "open-set" if open_set_rate else "no-open-set", head)
     policy, rows = _clinc_cv(template, examples, ctx)
     cv = await ctx.runs.predictions(f"{label}-cv", rows, policy, settings)
     chosen = choose_thresholds([(dict(p.probabilities), str(p.label)) for p in cv if p.probabilities])
@@ -480,6 +483,7 @@ async def clinc(ctx: Context, embedder: str, *, open_set_rate: float = 0.1) -> d
     return {
         "embedder": embedder,
         "open_set_rate": open_set_rate,
+        "head": head,
         "examples_per_domain": ctx.plan.clinc_examples,
         "thresholds": asdict(chosen),
         "cv_rows": len(cv),
@@ -492,7 +496,7 @@ async def clinc(ctx: Context, embedder: str, *, open_set_rate: float = 0.1) -> d
 # -- 2. Banking77 ----------------------------------------------------------------------------------------
 
 
-async def banking(ctx: Context, embedder: str) -> dict[str, Any]:
+async def banking(ctx: Context, embedder: str, *, head: str = "adapted") -> dict[str, Any]:
     """Section 2: one task per sampled 10-shot set, every test row asked of each."""
     full, _ = ctx.bench.converted("banking77", None)
     test = _sample(_split(read_jsonl(full), "test"), ctx.plan.banking_rows, ctx.rng("banking-test"))
@@ -513,7 +517,7 @@ async def banking(ctx: Context, embedder: str) -> dict[str, Any]:
             for r in test
         ]
     predictions = await ctx.runs.predictions(
-        _slug("banking", embedder), rows, {"tasks": tasks}, ctx.runs.settings(embedder)
+        _slug("banking", embedder, head), rows, {"tasks": tasks}, ctx.runs.settings(embedder, head=head)
     )
     per_seed: dict[str, dict[str, int]] = {}
     for p in predictions:
@@ -530,6 +534,7 @@ async def banking(ctx: Context, embedder: str) -> dict[str, Any]:
         pooled.update(value=mean, met=met, clear=target.holds(pooled["low"]) == target.holds(pooled["high"]) == met)
     return {
         "embedder": embedder,
+        "head": head,
         "test_rows": len(test),
         "full_test": ctx.plan.banking_rows is None or len(test) < ctx.plan.banking_rows,
         "seeds": list(ctx.plan.banking_seeds),
@@ -1040,8 +1045,14 @@ def _steps(ctx: Context, only: set[str]) -> list[Step]:
         steps += [
             ("clinc", f"{e}, open set off", partial(clinc, ctx, e, open_set_rate=0.0)) for e in plan.ablation_embedders
         ]
+        steps += [
+            ("clinc", f"{e}, softmax head", partial(clinc, ctx, e, head="softmax")) for e in plan.ablation_embedders
+        ]
     if "banking" in only:
         steps += [("banking", e, partial(banking, ctx, e)) for e in plan.embedders]
+        steps += [
+            ("banking", f"{e}, softmax head", partial(banking, ctx, e, head="softmax")) for e in plan.ablation_embedders
+        ]
     if "xstest" in only:
         steps += [("xstest", e, partial(xstest, ctx, e)) for e in plan.embedders]
         steps += [
@@ -1102,6 +1113,36 @@ async def measure_async(
     results["blas_threads"] = os.environ.get("OPENBLAS_NUM_THREADS")
     results["seconds"] = round(time.monotonic() - started, 1)
     return results
+
+
+def _work_folders(results: dict[str, Any]) -> str:
+    work = results.get("work", "bench/out/quality")
+    folders = work if isinstance(work, list) else [work]
+    shown = ", ".join(f"`{w}/runs/`" for w in folders)
+    return shown + (" (sections of separate runs, merged)" if len(folders) > 1 else "")
+
+
+def merge_results(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Results of several ``quality.py --only`` runs as one; a section's entry measured twice is the later run's."""
+    if not parts:
+        raise ValueError("no quality results to merge")
+    merged: dict[str, Any] = {
+        **parts[0],
+        "work": [part.get("work", "bench/out/quality") for part in parts],
+        "errors": [],
+        "run_seconds": {},
+        "dropped_training_rows": {},
+        "seconds": 0.0,
+    }
+    for part in parts:
+        for section in (*SECTIONS, "documents"):
+            if section in part:
+                merged[section] = {**merged.get(section, {}), **part[section]}
+        merged["errors"] += part.get("errors", [])
+        merged["run_seconds"].update(part.get("run_seconds", {}))
+        merged["dropped_training_rows"].update(part.get("dropped_training_rows", {}))
+        merged["seconds"] = round(merged["seconds"] + float(part.get("seconds", 0.0)), 1)
+    return merged
 
 
 def _shown_path(path: Path) -> str:
@@ -1168,7 +1209,8 @@ def _clinc_section(results: dict[str, Any]) -> list[str]:
         f"{10 * first['examples_per_domain']} training examples: the largest out-of-fold kept share whose kept "
         f"accuracy is at least 97 %, over confidence 0.50-0.99 and margin {', '.join(f'{m:g}' for m in MARGIN_GRID)}. "
         f"Then the test split: {first['test_rows']} rows (a seeded sample keeping its in-scope / out-of-scope mix "
-        "unless that is the whole 5,500). An out-of-scope row kept counts as wrong; escalated means for any reason.",
+        "unless that is the whole 5,500). An out-of-scope row kept counts as wrong; escalated means for any reason. "
+        "Heads are the default adapted ones (`embedded.head: adapted`) unless a row says softmax head.",
         "",
     ]
     lead = ("engine", "thresholds (conf. / margin)", "CV kept / CV kept accuracy")
@@ -1189,7 +1231,8 @@ def _banking_section(results: dict[str, Any]) -> list[str]:
         "",
         f"Accuracy of System 1's top intent over {len(first['seeds'])} sampled 10-shot example sets (converter seeds "
         f"{', '.join(map(str, first['seeds']))}), each on {sample}. CPFT's published 10-shot figure is "
-        f"{100 * PUBLISHED_BANKING:.1f} %. The interval is Wilson's on the pooled answers (every set's).",
+        f"{100 * PUBLISHED_BANKING:.1f} %. The interval is Wilson's on the pooled answers (every set's). Heads are "
+        "the default adapted ones (`embedded.head: adapted`) unless a row says softmax head.",
         "",
         "| engine | mean % | min % | max % | rows a set | Wilson 95 % (pooled) | target | met |",
         "|---|---|---|---|---|---|---|---|",
@@ -1307,7 +1350,7 @@ def render_quality(results: dict[str, Any]) -> str:
         "come from cross-validation on the training rows, never from the rows scored; the open-set score is "
         "calibrated by the engine on the in-scope examples alone. Beside each share is its Wilson 95 % interval; "
         "*met* reads the figure itself, *within noise* that the interval reaches across the target. Runs, rows and "
-        f"policies are under `{results.get('work', 'bench/out/quality')}/runs/`.",
+        f"policies are under {_work_folders(results)}.",
         "",
     ]
     if results.get("clinc"):

@@ -460,7 +460,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         bench, ["xstest"] if args.quick else CHECKS, ["e5"] if args.quick else ["e5", "minilm"], quick=args.quick
     )
     quality_results = None
-    if args.quality:
+    if args.quality_from:
+        quality_results = quality.merge_results([json.loads(Path(p).read_text()) for p in args.quality_from])
+    elif args.quality:
         quality_results = await quality.measure_async(
             args.data, args.work / "quality", quick=args.quick, seed=args.seed
         )
@@ -483,19 +485,20 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             target = f"coverage-{name}.png"
             shutil.copyfile(Path(best["_dir"]) / "coverage.png", plots_dir / target)
             plots.append(target)
-    (docs / "benchmarks.md").write_text(
-        render(
-            route,
-            cross,
-            check,
-            rows=args.rows,
-            quick=args.quick,
-            seconds=seconds,
-            plots=plots,
-            quality_results=quality_results,
-        ),
-        encoding="utf-8",
+    page = render(
+        route,
+        cross,
+        check,
+        rows=args.rows,
+        quick=args.quick,
+        seconds=seconds,
+        plots=plots,
+        quality_results=quality_results,
     )
+    if args.tuning_from is not None:
+        # bench/tuning.py's section: thresholds from fastslow tune, judged on the test split.
+        page += "\n" + args.tuning_from.read_text(encoding="utf-8")
+    (docs / "benchmarks.md").write_text(page, encoding="utf-8")
 
     def brief(m: dict[str, Any]) -> dict[str, Any]:
         o = m["overall"]
@@ -544,6 +547,22 @@ def main(argv: list[str] | None = None) -> int:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="also run bench/quality.py (the quality targets; its --quick with --quick) and append its section",
+    )
+    parser.add_argument(
+        "--tuning-from",
+        type=Path,
+        default=None,
+        metavar="TUNING_MD",
+        help="append this bench/tuning.py section (its tuning.md) to the page",
+    )
+    parser.add_argument(
+        "--quality-from",
+        nargs="+",
+        type=Path,
+        default=None,
+        metavar="QUALITY_JSON",
+        help="append the quality section from these quality.py results (merged section by section) instead of "
+        "running it",
     )
     args = parser.parse_args(argv)
     if args.rows is None:

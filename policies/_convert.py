@@ -7,7 +7,7 @@ without examples must have them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any, TypeVar
 
@@ -47,6 +47,7 @@ from ._schema import (
     ClassifyModel,
     CommonModel,
     EngineOptionsModel,
+    FittedModel,
     NoulQuestionModel,
     PolicyFile,
     RouteTaskModel,
@@ -110,12 +111,41 @@ def _common(name: str, task: CommonModel, defaults: CommonModel, on_failure: OnF
             require_argmax_is_label=thresholds.require_argmax_is_label,
             min_agreement=thresholds.min_agreement,
         ),
-        calibration=Calibration(temperature=calibration.temperature),
+        calibration=Calibration(
+            temperature=calibration.temperature,
+            questions={q: c.temperature for q, c in calibration.questions.items()},
+        ),
         on_failure=task.on_failure or defaults.on_failure or on_failure,
         egress=Egress(local_only=egress.local_only),
         store_state=bool(store_state),
         debug_thoughts=bool(debug_thoughts),
+        fitted=_fitted(getattr(task, "fitted", None)),
+        audit_rate=_first(task.audit_rate, defaults.audit_rate, 0.0),
+        mode=task.mode or defaults.mode or "live",
     )
+
+
+def _first(*values: float | None) -> float:
+    return next(v for v in values if v is not None)
+
+
+def _fitted(model: FittedModel | None) -> dict[str, Mapping[str, Any]]:
+    if model is None:
+        return {}
+    return {
+        kind: record.model_dump() for kind in ("thresholds", "calibration", "bands") if (record := getattr(model, kind))
+    }
+
+
+def _check_calibrated(name: str, common: TaskCommon, questions: Iterable[str]) -> None:
+    """A temperature for a question the task does not have is a mistake the file must not hide."""
+    known = set(questions)
+    for q in common.calibration.questions:
+        if q not in known:
+            raise PolicyProblem(
+                ("tasks", name, "calibration", "questions", q),
+                f"calibration for {q!r}, which task {name!r} does not have (it has {', '.join(sorted(known))})",
+            )
 
 
 def _common_fields(common: TaskCommon) -> dict[str, Any]:
@@ -269,12 +299,18 @@ def to_policy_set(
     tasks: dict[str, Task] = {}
     for name, model in doc.tasks.items():
         if isinstance(model, RouteTaskModel):
-            tasks[name] = _route_task(name, model, _common(name, model, doc.defaults, "escalate"), rule)
+            common = _common(name, model, doc.defaults, "escalate")
+            _check_calibrated(name, common, [name])
+            tasks[name] = _route_task(name, model, common, rule)
         elif isinstance(model, ClassifyModel):
-            tasks[name] = _classify_task(name, model, _common(name, model, doc.defaults, "escalate"), rule)
+            common = _common(name, model, doc.defaults, "escalate")
+            _check_calibrated(name, common, model.questions)
+            tasks[name] = _classify_task(name, model, common, rule)
         else:
             # A policy check that cannot be answered denies unless the file says otherwise.
-            tasks[name] = _check_task(name, model, _common(name, model, doc.defaults, "fail_closed"), rule)
+            common = _common(name, model, doc.defaults, "fail_closed")
+            _check_calibrated(name, common, model.rules)
+            tasks[name] = _check_task(name, model, common, rule)
     return PolicySet(
         tasks=tasks,
         version=version,

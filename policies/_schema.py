@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, Self, get_args
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from fastslow.router import EngineName, OnFailure
@@ -39,10 +39,13 @@ __all__ = [
     "CommonModel",
     "EgressModel",
     "EngineOptionsModel",
+    "FitRecordModel",
+    "FittedModel",
     "NoulQuestionModel",
     "NoulRuleModel",
     "OpenEndedModel",
     "PolicyFile",
+    "QuestionCalibrationModel",
     "QuestionModel",
     "RouteModel",
     "RouteTaskModel",
@@ -91,8 +94,34 @@ class ThresholdsModel(Strict):
     min_agreement: Prob | None = None
 
 
+class QuestionCalibrationModel(Strict):
+    temperature: float = Field(gt=0.0)
+
+
 class CalibrationModel(Strict):
     temperature: float = Field(default=1.0, gt=0.0)
+    questions: dict[str, QuestionCalibrationModel] = Field(default_factory=dict)
+    """A question's (or rule's) own temperature, where ``fastslow calibrate`` fitted one."""
+
+
+class FitRecordModel(BaseModel):
+    """What ``fastslow calibrate`` or ``fastslow tune`` fitted, on what, for which engine (``docs/tuning.md``).
+
+    Written by the tools: its figures are free-form; what the loader compares is checked.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    by: str
+    date: str
+    engine: str | None = None
+    model: str | None = None
+
+
+class FittedModel(Strict):
+    thresholds: FitRecordModel | None = None
+    calibration: FitRecordModel | None = None
+    bands: FitRecordModel | None = None
 
 
 class TaskEgressModel(Strict):
@@ -115,6 +144,10 @@ class CommonModel(Strict):
     egress: TaskEgressModel | None = None
     store_state: bool | None = None
     debug_thoughts: bool | None = None
+    mode: Literal["live", "shadow"] | None = None
+    """``shadow``: System 1 is logged beside the incumbent, which decides (docs/tuning.md)."""
+    audit_rate: Prob | None = None
+    """Share of System 1's kept decisions marked for labelling (the audit sample, docs/tuning.md)."""
 
     @field_validator("engine", mode="before")
     @classmethod
@@ -183,6 +216,7 @@ class StickyModel(Strict):
 
 class RouteTaskModel(CommonModel):
     kind: Literal["route"]
+    fitted: FittedModel | None = None
     instructions: Text | None = None
     routes: dict[str, Annotated[RouteModel, BeforeValidator(_route)]] = Field(min_length=1)
     none_of_these: str | None = None
@@ -213,6 +247,7 @@ class RouteTaskModel(CommonModel):
 
 class ClassifyModel(CommonModel):
     kind: Literal["classify"]
+    fitted: FittedModel | None = None
     questions: dict[str, Annotated[QuestionModel, BeforeValidator(bare_question)]] = Field(min_length=1)
 
     @field_validator("questions")
@@ -224,6 +259,7 @@ class ClassifyModel(CommonModel):
 
 class CheckModel(CommonModel):
     kind: Literal["check"]
+    fitted: FittedModel | None = None
     rules: dict[str, Annotated[RuleModel, BeforeValidator(bare_question)]] = Field(min_length=1)
     on_oversize: Literal["review", "deny"] = "review"
     """What a state longer than the engine reads of it gets, when no rule denies it."""

@@ -34,6 +34,7 @@ from ._decisions import (
     System,
     Thresholds,
     Verdict,
+    audited,
     calibrate,
     decide_answer,
     decide_check,
@@ -52,7 +53,7 @@ from ._errors import (
 )
 from ._nodes import classify_node, policy_gate_node, router_node
 from ._questions import Choice, Image, Noul, Question, QuestionKind, Score, State
-from ._router import ChatSource, CheckResult, DecisionSink, EngineSource, Router
+from ._router import ChatSource, CheckResult, DecisionSink, EngineSource, Incumbent, Router
 from ._settings import (
     EmbeddedSettings,
     EngineName,
@@ -109,6 +110,7 @@ __all__ = [
     "Examples",
     "FastslowError",
     "Image",
+    "Incumbent",
     "InvalidRequest",
     "JevProfileName",
     "JevSettings",
@@ -144,6 +146,7 @@ __all__ = [
     "Thresholds",
     "ToolCall",
     "Verdict",
+    "audited",
     "budget_s",
     "calibrate",
     "classify_node",

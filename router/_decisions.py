@@ -47,6 +47,7 @@ Reason: TypeAlias = Literal[
     "timeout",
     "sticky",
     "oversize",
+    "shadow",
 ]
 
 
@@ -67,13 +68,20 @@ class Thresholds:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Calibration:
-    """Per-task calibration of the engine's distribution (temperature scaling to start with)."""
+    """Per-task calibration of the engine's distribution: temperature scaling, task-wide or per question."""
 
     temperature: float = 1.0
+    questions: Mapping[str, float] = field(default_factory=dict)
+    """Question (or rule) name -> its own temperature, where ``fastslow calibrate`` fitted one."""
 
     def __post_init__(self) -> None:
-        if not self.temperature > 0.0:
+        if not self.temperature > 0.0 or not all(t > 0.0 for t in self.questions.values()):
             raise ValueError("temperature must be positive")
+
+    def for_question(self, name: str) -> Calibration:
+        """The calibration question ``name`` is decided under."""
+        own = self.questions.get(name)
+        return self if own is None else Calibration(temperature=own)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,6 +137,24 @@ class Decision:
     """What the System-2 call cost, when its model has a price in the settings."""
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     """Unique id, made when the decision is; the decision log and the HTTP API use it."""
+    audit: bool = False
+    """Drawn into the task's audit sample: a decision System 1 kept that someone should label."""
+    audit_rate: float = 0.0
+    """The task's ``audit_rate`` when the decision was made (its inverse weighs an audited outcome)."""
+
+
+def audited(decision: Decision, rate: float) -> Decision:
+    """``decision`` marked for the audit sample, with probability ``rate``, when System 1 kept it.
+
+    The draw is the decision id's (a uuid4: uniform) first 32 bits against ``rate``, so it needs no
+    shared state across replicas and anyone can check it. Escalations and reviews are labelled
+    anyway; the audit sample is what makes System 1's kept decisions measurable without bias.
+    """
+    if rate <= 0.0:
+        return decision
+    kept = decision.system == 1 and not decision.escalate and decision.verdict != "review"
+    draw = int(decision.id[:8], 16) / 0x1_0000_0000 if len(decision.id) >= 8 else 1.0
+    return replace(decision, audit=kept and draw < rate, audit_rate=rate)
 
 
 def calibrate(probabilities: Mapping[str, float], calibration: Calibration) -> dict[str, float]:

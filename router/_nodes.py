@@ -13,7 +13,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableLambda
@@ -21,7 +21,7 @@ from langgraph.types import Command, Send, interrupt
 
 from ._chat import ToolCall
 from ._decisions import Decision
-from ._router import CheckResult, Router
+from ._router import CheckResult, Incumbent, Router
 
 __all__ = ["classify_node", "decision_record", "policy_gate_node", "router_node"]
 
@@ -72,6 +72,20 @@ def _get(state: Any, key: str, default: Any = None) -> Any:
     return getattr(state, key, default)
 
 
+GraphIncumbent: TypeAlias = Callable[[Any, str], Awaitable[str | None]]
+"""An existing router, for shadow mode: (graph state, question name) -> its answer."""
+
+
+def _bind(incumbent: GraphIncumbent | None, state: Any) -> Incumbent | None:
+    if incumbent is None:
+        return None
+
+    async def ask(name: str) -> str | None:
+        return await incumbent(state, name)
+
+    return ask
+
+
 def router_node(
     router: Router,
     task: str,
@@ -81,6 +95,7 @@ def router_node(
     messages_key: str = "messages",
     route_key: str = "route",
     decision_key: str = "decision",
+    incumbent: GraphIncumbent | None = None,
 ) -> RunnableLambda[Any, Any]:
     """Route the latest user turn: returns ``Command(goto=<node>)`` and writes the decision to state.
 
@@ -88,12 +103,15 @@ def router_node(
         routes: route name -> node name, when they differ.
         escalate_to: the node that takes decisions nobody could settle (open-ended requests, or
             low confidence with no System 2 answer), typically a frontier agent.
+        incumbent: for a task in shadow mode, the router the graph used before: called with the
+            graph state and the task name, it returns the route, and the graph goes where it says
+            while System 1's answer is only logged. Without it, System 2 decides in shadow mode.
     """
     mapping = dict(routes or {})
 
     async def decide(state: Any) -> Decision:
         messages: Sequence[BaseMessage] = _get(state, messages_key, [])
-        return await router.route(task, messages, previous=_get(state, route_key))
+        return await router.route(task, messages, previous=_get(state, route_key), incumbent=_bind(incumbent, state))
 
     def finish(state: Any, decision: Decision) -> Command[Any]:
         del state
@@ -199,14 +217,18 @@ def classify_node(
     messages_key: str = "messages",
     output_key: str = "classification",
     decisions_key: str = "classification_decisions",
+    incumbent: GraphIncumbent | None = None,
 ) -> RunnableLambda[Any, Any]:
-    """Answer a classification task about the latest user turn and write ``{question: answer}`` to state."""
+    """Answer a classification task about the latest user turn and write ``{question: answer}`` to state.
+
+    ``incumbent``: as ``router_node``'s, called with the graph state and each question's name.
+    """
 
     async def classify(state: Any) -> dict[str, Decision]:
         messages: Sequence[BaseMessage] = _get(state, messages_key, [])
         human = [m for m in messages if m.type == "human"]
         text = human[-1].text if human else json.dumps(_get(state, "input", ""))
-        return await router.classify(task, text)
+        return await router.classify(task, text, incumbent=_bind(incumbent, state))
 
     def finish(state: Any, decided: dict[str, Decision]) -> dict[str, Any]:
         del state

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar, cast
 
 from langchain_core.messages import BaseMessage
 
@@ -21,6 +21,7 @@ from ._decisions import (
     Decision,
     EngineFailure,
     Verdict,
+    audited,
     decide_answer,
     decide_check,
     escalated_by_system2,
@@ -50,6 +51,10 @@ class ChatSource(Protocol):
     """Gives the System-2 engine for a model reference, or ``None`` when none is configured."""
 
     def chat_for(self, ref: str | None) -> ChatEngine | None: ...
+
+
+Incumbent: TypeAlias = Callable[[str], Awaitable[str | None]]
+"""What decides a task in shadow mode instead of System 2: question name -> option (or verdict)."""
 
 
 class DecisionSink(Protocol):
@@ -162,6 +167,41 @@ class Router:
             decision, answer.option, model=answer.model, detail=decision.detail, cost_usd=answer.cost_usd
         )
 
+    async def _shadow(
+        self,
+        decision: Decision,
+        task: TaskCommon,
+        policy: PolicySet,
+        question: Question,
+        state: State,
+        incumbent: Incumbent | None,
+        name: str,
+        context: Sequence[BaseMessage] = (),
+    ) -> Decision:
+        """The incumbent's decision, with System 1's distribution beside it (``mode: shadow``).
+
+        What System 1 would have done is kept (its distribution, confidence and reason in
+        ``detail``) so ``fastslow report shadow`` can say what the thresholds would have kept; the
+        outcome, and so what the caller does, is the incumbent's alone.
+        """
+        would = decision.outcome if not decision.escalate else "escalate"
+        detail = f"shadow: System 1 would have {would!s} ({decision.reason}, {decision.model or decision.engine})"
+        if incumbent is not None:
+            outcome = await incumbent(name)
+            return replace(
+                decision,
+                outcome=outcome,
+                system=2,
+                escalate=outcome is None,
+                reason="shadow",
+                model="incumbent",
+                detail=detail,
+            )
+        asked = await self._escalate(replace(decision, escalate=True), task, policy, question, state, context)
+        if asked.system != 2:
+            return replace(asked, outcome=None, escalate=True, reason="shadow", detail=f"{detail}; {asked.detail}")
+        return replace(asked, reason="shadow", detail=detail)
+
     async def _record(self, decisions: Sequence[Decision], state: State) -> None:
         if self._sink is None:
             return
@@ -174,8 +214,19 @@ class Router:
         for decision in decisions:
             await self._sink.record(decision, state=state)
 
-    async def route(self, task_name: str, messages: Sequence[BaseMessage], *, previous: str | None = None) -> Decision:
-        """Pick a route for the latest user turn; ``previous`` is the route the conversation is on."""
+    async def route(
+        self,
+        task_name: str,
+        messages: Sequence[BaseMessage],
+        *,
+        previous: str | None = None,
+        incumbent: Incumbent | None = None,
+    ) -> Decision:
+        """Pick a route for the latest user turn; ``previous`` is the route the conversation is on.
+
+        ``incumbent`` is what decides a task in shadow mode (``mode: shadow``) instead of System 2:
+        called with the task's name, it returns the route (``None``: it could not say).
+        """
         policy = self.policy
         task = self._task(policy, task_name, RouteTask)
         current, earlier = split_turns(messages, task.context_turns)
@@ -192,6 +243,10 @@ class Router:
             none_option=task.none_option,
             policy_version=policy.version,
         )
+        if task.mode == "shadow":
+            decision = await self._shadow(decision, task, policy, task.question, state, incumbent, task.name)
+            await self._record([decision], state)
+            return decision
         open_ended = answers.get(f"{task.name}.open_ended")
         if task.open_ended is not None and isinstance(open_ended, Answer):
             p = open_ended.probabilities["yes"]
@@ -202,6 +257,7 @@ class Router:
             decision = await self._escalate(decision, task, policy, task.question, state)
         elif decision.escalate and decision.reason in ("engine_error", "timeout") and task.on_failure == "escalate":
             decision = await self._escalate(decision, task, policy, task.question, state)
+        decision = audited(decision, task.audit_rate)
         await self._record([decision], state)
         return decision
 
@@ -224,8 +280,13 @@ class Router:
             detail=f"kept previous route; System 1 was not confident of a change ({decision.reason})",
         )
 
-    async def classify(self, task_name: str, state: State) -> dict[str, Decision]:
-        """Answer every question of a classification task, escalating the unsure ones."""
+    async def classify(
+        self, task_name: str, state: State, *, incumbent: Incumbent | None = None
+    ) -> dict[str, Decision]:
+        """Answer every question of a classification task, escalating the unsure ones.
+
+        In shadow mode ``incumbent`` (called with each question's name) or System 2 answers instead.
+        """
         policy = self.policy
         task = self._task(policy, task_name, ClassifyTask)
         names = {f"{task.name}.{q}": q for q in task.questions}
@@ -236,23 +297,34 @@ class Router:
                 task.name,
                 answers[full],
                 thresholds=task.thresholds,
-                calibration=task.calibration,
+                calibration=task.calibration.for_question(short),
                 policy_version=policy.version,
             )
             decision = replace(decision, question=short)
+            if task.mode == "shadow":
+                return await self._shadow(decision, task, policy, task.questions[short], state, incumbent, short)
             failed = decision.reason in ("engine_error", "timeout")
             if decision.escalate and (not failed or task.on_failure == "escalate"):
                 decision = await self._escalate(decision, task, policy, task.questions[short], state)
             return decision
 
-        decided = await asyncio.gather(*(one(full, short) for full, short in names.items()))
+        decided = [audited(d, task.audit_rate) for d in await asyncio.gather(*(one(f, s) for f, s in names.items()))]
         await self._record(decided, state)
         return dict(zip(names.values(), decided, strict=True))
 
     async def check(
-        self, task_name: str, item: str | ToolCall | Mapping[str, Any], *, context: Sequence[BaseMessage] = ()
+        self,
+        task_name: str,
+        item: str | ToolCall | Mapping[str, Any],
+        *,
+        context: Sequence[BaseMessage] = (),
+        incumbent: Incumbent | None = None,
     ) -> CheckResult:
-        """Apply a policy check's rules to a text or a proposed tool call."""
+        """Apply a policy check's rules to a text or a proposed tool call.
+
+        In shadow mode ``incumbent`` (called with each rule's name, returning ``allow``, ``review``
+        or ``deny``) or System 2 judges instead; what nobody could judge is denied.
+        """
         policy = self.policy
         task = self._task(policy, task_name, CheckTask)
         state = _check_state(item, context, task)
@@ -269,11 +341,14 @@ class Router:
                 task.name,
                 answers[full],
                 action=rule.action,
-                calibration=task.calibration,
+                calibration=task.calibration.for_question(short),
                 on_failure=task.on_failure,
                 policy_version=policy.version,
             )
             decision = replace(decision, question=short)
+            if task.mode == "shadow":
+                judged = await self._shadow(decision, task, policy, rule.question, state, incumbent, short, context)
+                return _shadow_verdict(judged, rule.action.violation, incumbent is not None)
             if read_limit is not None and size > read_limit and decision.verdict == "allow":
                 # System 1 read only the first read_limit characters: what it allowed is not all there is.
                 return replace(
@@ -292,7 +367,8 @@ class Router:
             verdict: Verdict = "deny" if escalated.outcome == rule.action.violation else "allow"
             return replace(escalated, outcome=verdict, verdict=verdict)
 
-        decided = dict(zip(names.values(), await asyncio.gather(*(one(f, s) for f, s in names.items())), strict=True))
+        results = await asyncio.gather(*(one(f, s) for f, s in names.items()))
+        decided = {name: audited(d, task.audit_rate) for name, d in zip(names.values(), results, strict=True)}
         await self._record(list(decided.values()), state)
         verdict, rule = _combine(decided)
         return CheckResult(
@@ -303,6 +379,17 @@ class Router:
             system2=any(d.system == 2 for d in decided.values()),
             policy_version=policy.version,
         )
+
+
+def _shadow_verdict(decision: Decision, violation: str, from_incumbent: bool) -> Decision:
+    """A shadow check's verdict: the incumbent's own, System 2's option as a verdict; nobody's denies."""
+    if decision.outcome is None:
+        return replace(decision, outcome="deny", verdict="deny", escalate=False)
+    if from_incumbent:
+        verdict = cast(Verdict, decision.outcome) if decision.outcome in ("allow", "review", "deny") else "deny"
+    else:
+        verdict = "deny" if decision.outcome == violation else "allow"
+    return replace(decision, outcome=verdict, verdict=verdict)
 
 
 def _check_state(item: str | ToolCall | Mapping[str, Any], context: Sequence[BaseMessage], task: CheckTask) -> State:

@@ -85,6 +85,9 @@ class EmbeddedSettings(BaseModel):
     """The share of in-scope states the open-set score begins to doubt (``docs/policies.md``); 0 turns it off."""
     background: bool = True
     """Whether policy-check rules learn against the shipped background of ordinary text (off: for ablations)."""
+    head: Literal["adapted", "softmax"] = "adapted"
+    """How a choice learns its examples: ``adapted`` (a contrastive map and a nearest-example vote
+    blended with the softmax head, ``docs/policies.md``) or ``softmax`` alone (faster to train)."""
 
 
 class ModelPrice(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from ._decisions import Calibration, CheckAction, OnFailure, Thresholds
 from ._engine import ReadOptions
@@ -62,6 +62,12 @@ class TaskCommon:
     """Whether the decision log may keep the state text (a hash otherwise)."""
     debug_thoughts: bool = False
     """Keep System-2 thoughts of this task in the settings' ``thought_sink`` (debugging; off by default)."""
+    mode: Literal["live", "shadow"] = "live"
+    """``shadow``: System 1 answers and is logged, but the incumbent (System 2, or a callback) decides."""
+    audit_rate: float = 0.0
+    """Share of the decisions System 1 keeps drawn into the audit sample (``Decision.audit``)."""
+    fitted: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """What ``fastslow calibrate`` / ``tune`` recorded of their fits (``thresholds``, ``calibration``, ``bands``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

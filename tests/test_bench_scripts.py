@@ -79,6 +79,23 @@ def test_the_quality_quick_mode_measures_every_target_and_ends_with_one_json_lin
     assert "Wilson 95 %" in page
 
 
+@pytest.mark.data
+@pytest.mark.slow
+def test_the_tuning_quick_mode_tunes_then_judges_on_the_test_split(shared_data: Path, tmp_path: Path) -> None:
+    command = [sys.executable, str(BENCH / "tuning.py"), "--quick", "--data", str(shared_data), "--work", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(results["sets"]) == {"clinc", "banking"}
+    for entry in results["sets"].values():
+        assert entry["held_out_promise"]["lower_bound"] >= results["target"] == 0.8
+        tuned, shipped = entry["tuned"], entry["shipped"]
+        assert tuned["rows"] == shipped["rows"] > 0
+        assert 0.5 <= tuned["min_confidence"] <= 0.999 and shipped["min_confidence"] == 0.7
+        assert 0.0 < tuned["kept"] <= 1.0 and tuned["kept_accuracy"] is not None
+    assert (tmp_path / "tuning.md").read_text().startswith("## Tuned thresholds on the test split")
+
+
 @pytest.mark.slow
 def test_the_abuse_bench_quick_mode(tmp_path: Path) -> None:
     done = subprocess.run(

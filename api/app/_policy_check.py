@@ -100,6 +100,7 @@ def _response(results: Sequence[CheckResult]) -> PolicyCheckResponse:
             reason=decision.reason,
             threshold=decision.threshold,
             decision_id=decision.id,
+            audit=decision.audit,
         )
         for result in results
         for name, decision in result.decisions.items()

@@ -82,6 +82,9 @@ class RuleResult(BaseModel):
     reason: str = Field(description="Why it was settled so: confident, low_confidence, engine_error, ...")
     threshold: float = Field(description="The band edge the probability was compared with.")
     decision_id: str = Field(description="The rule's decision in the decision log.")
+    audit: bool = Field(
+        default=False, description="Drawn into the policy's audit sample: please record this rule's outcome."
+    )
 
 
 class PolicyCheckResponse(BaseModel):
@@ -140,6 +143,9 @@ class DecisionOut(BaseModel):
     latency_ms: float
     detail: str
     cost_usd: float | None
+    audit: bool = Field(
+        default=False, description="Drawn into the task's audit sample: System 1 kept it; please record its outcome."
+    )
 
     @classmethod
     def of(cls, decision: Decision | StoredDecision) -> DecisionOut:

@@ -130,6 +130,8 @@ def decision_row(
         "state_digest": digest,
         "state_text": state_text,
         "created_at": created_at,
+        "audit": bool(decision.audit),
+        "audit_rate": float(decision.audit_rate) if decision.audit_rate else None,
     }
     return {k: clean(v) if isinstance(v, str) else v for k, v in row.items()}
 
@@ -167,6 +169,8 @@ def stored_decision(row: DecisionRow, answers: Mapping[str, float]) -> StoredDec
         state_digest=row.state_digest,
         state_text=row.state_text,
         answers=distribution,
+        audit=bool(row.audit),
+        audit_rate=row.audit_rate or 0.0,
     )
 
 

@@ -24,6 +24,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -95,6 +96,10 @@ class DecisionRow(Base):
     state_text: Mapped[str | None] = mapped_column(Text)
     """The canonical JSON of the state, only when the task's policy says to keep it."""
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    audit: Mapped[bool] = mapped_column(Boolean, server_default=false(), default=False)
+    """Drawn into its task's audit sample (``Decision.audit``)."""
+    audit_rate: Mapped[float | None] = mapped_column(Double)
+    """The task's audit rate when it was decided: an audited outcome weighs ``1 / audit_rate``."""
 
 
 class AnswerRow(Base):

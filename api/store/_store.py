@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 
-from sqlalchemy import insert, select, text, update
+from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -208,13 +208,19 @@ class DecisionStore:
         return stored_outcome(row)
 
     async def outcomes(
-        self, *, tenant: str | None = None, task: str | None = None, limit: int = 10_000
+        self,
+        *,
+        tenant: str | None = None,
+        task: str | None = None,
+        since: datetime | None = None,
+        limit: int = 10_000,
     ) -> list[tuple[StoredDecision, StoredOutcome]]:
         """Decisions with their recorded outcomes, newest outcome first (for calibration).
 
         Args:
             tenant: only this tenant's; every tenant's when ``None`` (operators, not API clients).
             task: only this task's.
+            since: only decisions made at or after this time.
             limit: at most this many pairs.
         """
         query = select(DecisionRow, OutcomeRow).join(OutcomeRow, OutcomeRow.decision_id == DecisionRow.id)
@@ -222,11 +228,50 @@ class DecisionStore:
             query = query.where(DecisionRow.tenant == tenant)
         if task is not None:
             query = query.where(DecisionRow.task == task)
+        if since is not None:
+            query = query.where(DecisionRow.created_at >= since)
         query = query.order_by(OutcomeRow.created_at.desc(), OutcomeRow.id).limit(limit)
         async with self._sessions() as session:
             pairs = [(d, o) for d, o in (await session.execute(query)).all()]
             answers = await self._answers(session, sorted({d.id for d, _ in pairs}))
         return [(stored_decision(d, answers.get(d.id, {})), stored_outcome(o)) for d, o in pairs]
+
+    async def decisions(
+        self,
+        *,
+        task: str,
+        tenant: str | None = None,
+        since: datetime | None = None,
+        reason: str | None = None,
+        limit: int = 100_000,
+    ) -> list[StoredDecision]:
+        """A task's decisions, newest first, with their distributions (``fastslow report shadow``)."""
+        query = select(DecisionRow).where(DecisionRow.task == task)
+        if tenant is not None:
+            query = query.where(DecisionRow.tenant == tenant)
+        if since is not None:
+            query = query.where(DecisionRow.created_at >= since)
+        if reason is not None:
+            query = query.where(DecisionRow.reason == reason)
+        query = query.order_by(DecisionRow.created_at.desc(), DecisionRow.id).limit(limit)
+        async with self._sessions() as session:
+            rows = list((await session.scalars(query)).all())
+            answers = await self._answers(session, [r.id for r in rows])
+        return [stored_decision(r, answers.get(r.id, {})) for r in rows]
+
+    async def kept_counts(
+        self, *, task: str, tenant: str | None = None, since: datetime | None = None
+    ) -> tuple[int, int]:
+        """(decisions, of which System 1 kept) for ``task``: what its coverage was, labelled or not."""
+        kept = (DecisionRow.system == 1) & ~DecisionRow.escalate & (func.coalesce(DecisionRow.verdict, "") != "review")
+        query = select(func.count(), func.count().filter(kept)).where(DecisionRow.task == task)
+        if tenant is not None:
+            query = query.where(DecisionRow.tenant == tenant)
+        if since is not None:
+            query = query.where(DecisionRow.created_at >= since)
+        async with self._sessions() as session:
+            total, kept_n = (await session.execute(query)).one()
+        return int(total), int(kept_n)
 
     # -- API keys --------------------------------------------------------------------------------
 

@@ -43,6 +43,10 @@ class StoredDecision:
     """That canonical JSON, only when the task's policy keeps state; ``None`` otherwise."""
     answers: dict[str, float] = field(default_factory=dict)
     """The calibrated distribution System 1 gave, option -> probability; empty when it gave none."""
+    audit: bool = False
+    """Drawn into its task's audit sample: System 1 kept it, and it should be labelled."""
+    audit_rate: float = 0.0
+    """The task's audit rate when it was decided."""
 
     def to_decision(self) -> Decision:
         """The router's ``Decision`` this was recorded from (thoughts, if any, stay stripped)."""
@@ -64,6 +68,8 @@ class StoredDecision:
             latency_ms=self.latency_ms,
             detail=self.detail,
             cost_usd=self.cost_usd,
+            audit=self.audit,
+            audit_rate=self.audit_rate,
         )
 
 

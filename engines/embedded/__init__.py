@@ -1,10 +1,12 @@
 """fastslow's in-process CPU engines: zero-shot (sparrow-decider) and example-trained heads on embeddings.
 
 ``EmbeddedEngine`` is the default System-1 engine: built with ``EmbeddedEngine.from_settings``, it
-answers questions its examples file covers with trained, calibrated heads and every other question
+answers questions its examples file covers with trained, calibrated heads (adapted to the examples
+by a contrastive map and a nearest-example vote, ``AdaptedHead``) and every other question
 zero-shot. ``SparrowEngine`` and ``ExampleEngine`` are its two halves, usable on their own.
 """
 
+from ._adapted import AdaptedHead, fit_adapted_head
 from ._background import Background, load_background
 from ._cache import EmbeddingCache, default_cache_dir
 from ._embedded_engine import SIMILARITY_TEMPERATURE, EmbeddedEngine
@@ -26,6 +28,7 @@ from ._sparrow import SPARROW_MODELS, SparrowEngine
 __all__ = [
     "SIMILARITY_TEMPERATURE",
     "SPARROW_MODELS",
+    "AdaptedHead",
     "Background",
     "E5Embedder",
     "EmbeddedEngine",
@@ -42,6 +45,7 @@ __all__ = [
     "SparrowEngine",
     "default_cache_dir",
     "examples_from_mapping",
+    "fit_adapted_head",
     "fit_head",
     "load_background",
     "load_embedder",

@@ -166,6 +166,7 @@ class MiniLMEmbedder:
             verify_sha256(model_dir / filename, sha)
         from ._minilm import MiniLMModel
 
+        limit_blas_threads()
         self._model = MiniLMModel(model_dir)
         self.model_id = f"{self.name}-{MINILM_FILES['model.safetensors'][:12]}"
         self.texts_embedded = 0
@@ -296,6 +297,25 @@ EMBEDDERS: dict[EmbedderName, Callable[[], Embedder]] = {
     "minilm": MiniLMEmbedder,
     "e5": E5Embedder,
 }
+
+
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def limit_blas_threads() -> None:
+    """One BLAS thread in this process, unless the operator set a thread count in the environment.
+
+    MiniLM runs in numpy: OpenBLAS keeps one busy-waiting thread a core, which fought the machine's
+    other work and made an embedding 25 times slower on a loaded two-core machine (0.6 s against
+    23 ms, bench/quality.py). Its matrices are a step's texts by 384, too small to gain from threads.
+    The variables are read only when numpy loads, long before an engine is built, so the limit is
+    set through threadpoolctl, for the process (the heads' numpy work runs on one thread as well).
+    """
+    if any(name in os.environ for name in BLAS_THREAD_VARIABLES):
+        return
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
 
 
 def load_embedder(choice: Literal["auto", "minilm", "e5"] = "auto") -> Embedder:

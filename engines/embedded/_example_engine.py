@@ -33,7 +33,7 @@ from ._examples import ExampleSet, QuestionExamples, load_examples
 from ._head_store import HeadStore
 from ._open_set import OPEN_SET_RATE
 from ._reading import CHECK_READ_CHARS, CHECK_WINDOW_CHARS, check_windows, ends, squash
-from ._training import TrainedQuestion, recipe, train_question
+from ._training import HeadKind, TrainedQuestion, recipe, train_question
 
 __all__ = ["ExampleEngine", "Reading"]
 
@@ -68,6 +68,7 @@ class ExampleEngine:
         store: where trained heads are kept; ``<cache directory>/_heads`` when omitted.
         open_set_rate: the open-set score's rate (``_open_set``); 0 turns the score off.
         use_background: whether policy-check rules learn against the background.
+        head: ``adapted`` adapts a choice's head to its examples (``_adapted``); ``softmax`` does not.
     """
 
     name = "examples"
@@ -83,6 +84,7 @@ class ExampleEngine:
         store: HeadStore | None = None,
         open_set_rate: float = OPEN_SET_RATE,
         use_background: bool = True,
+        head: HeadKind = "adapted",
     ) -> None:
         self.examples = examples
         self.embedder = embedder
@@ -106,14 +108,14 @@ class ExampleEngine:
             done = by_fingerprint.get(squashed.fingerprint)
             if done is None:
                 background = self._background_for(squashed)
-                key = HeadStore.key(recipe(squashed, embedder.model_id, background, open_set_rate))
+                key = HeadStore.key(recipe(squashed, embedder.model_id, background, open_set_rate, head))
                 arrays = self._store.load(key)
                 if arrays is not None:
                     done = TrainedQuestion.from_arrays(arrays)
                 else:
                     if vectors is None:
                         vectors = self._cache.embed(embedder, texts)
-                    done = train_question(squashed, texts, vectors, background, open_set_rate=open_set_rate)
+                    done = train_question(squashed, texts, vectors, background, open_set_rate=open_set_rate, head=head)
                     self.heads_trained += 1
                     self._store.save(key, done.to_arrays())
                 by_fingerprint[squashed.fingerprint] = done

@@ -62,6 +62,7 @@ class EmbeddedModels:
             cache=self.cache,
             open_set_rate=self.settings.open_set_rate,
             use_background=self.settings.background,
+            head=self.settings.head,
         )
 
     def embedded_engine(self, examples: ExampleSet | None) -> EmbeddedEngine:

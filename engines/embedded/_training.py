@@ -1,8 +1,14 @@
 """Training one question's head from its examples: the head, its open-set score, its background.
 
-* A choice gets a calibrated softmax head (``_head``) and an open-set score (``_open_set``) that
-  gives its "none of these" option a probability, or, without one, flattens the distribution so
-  that a state unlike every example escalates as low confidence.
+* A choice gets a calibrated softmax head (``_head``), or the head adapted to its examples by a
+  contrastive map and a nearest-example vote (``_adapted``) where the adapted one's out-of-fold
+  log loss is the lower (``head: softmax`` in the settings never adapts). Which one wins depends
+  on the examples: on CLINC150's ten broad domains the softmax head did at 5 and 10 examples a
+  domain and the adapted one at 50; on Banking77's 77 intents the adapted one at 10. The
+  out-of-fold losses ranked the two as their test losses did in each of those cases. A choice also
+  gets an open-set score (``_open_set``) that gives its "none of these" option a probability, or,
+  without one, flattens the distribution so that a state unlike every example escalates as low
+  confidence.
 * A policy-check rule (a yes/no question with a ``violation`` option) learns its examples plus the
   background (``_background``) as "not violated". The background weighs ``BACKGROUND_WEIGHT``
   times as much as the rule's violations in all, half of it spread over length bands as the
@@ -19,11 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ._adapted import AdaptedHead, fit_adapted_head
 from ._background import Background
 from ._examples import QuestionExamples
 from ._head import SoftmaxHead, fit_head
@@ -33,22 +40,26 @@ __all__ = [
     "BACKGROUND_WEIGHT",
     "HEAD_FORMAT",
     "LENGTH_BANDS",
+    "HeadKind",
     "TrainedQuestion",
     "background_weights",
     "recipe",
     "train_question",
 ]
 
-HEAD_FORMAT = 3
+HEAD_FORMAT = 6
 """Bumped whenever training changes, so heads cached by an older version are retrained."""
 BACKGROUND_WEIGHT = 4.0
 LENGTH_BANDS: tuple[int, ...] = (30, 80, 160, 300)
 """Upper bounds (characters) of the length bands the background is balanced over; the last band is open."""
 
+HeadKind: TypeAlias = Literal["adapted", "softmax"]
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainedQuestion:
-    head: SoftmaxHead
+    head: SoftmaxHead | AdaptedHead
+    """Probabilities from a state's embedding: adapted for a choice (unless it cannot be), softmax for a check."""
     open_set: OpenSet | None = None
     none_option: str | None = None
     violation: str | None = None
@@ -64,7 +75,7 @@ class TrainedQuestion:
     def from_arrays(cls, arrays: Mapping[str, NDArray[Any]]) -> TrainedQuestion:
         none_option, violation = (str(v) or None for v in arrays["role"])
         return cls(
-            head=SoftmaxHead.from_arrays(arrays),
+            head=AdaptedHead.from_arrays(arrays) or SoftmaxHead.from_arrays(arrays),
             open_set=OpenSet.from_arrays(arrays),
             none_option=none_option,
             violation=violation,
@@ -90,7 +101,11 @@ def background_weights(violation_lengths: Sequence[int], background: Background)
 
 
 def recipe(
-    q: QuestionExamples, model_id: str, background: Background | None, open_set_rate: float = OPEN_SET_RATE
+    q: QuestionExamples,
+    model_id: str,
+    background: Background | None,
+    open_set_rate: float = OPEN_SET_RATE,
+    head: HeadKind = "adapted",
 ) -> dict[str, Any]:
     """Everything a trained head depends on: the key of the head store."""
     return {
@@ -101,6 +116,7 @@ def recipe(
         if background is not None and _uses_background(q)
         else None,
         "open_set_rate": open_set_rate,
+        "head": head,
     }
 
 
@@ -115,6 +131,7 @@ def train_question(
     background: Background | None,
     *,
     open_set_rate: float = OPEN_SET_RATE,
+    head: HeadKind = "adapted",
 ) -> TrainedQuestion:
     """Train ``q`` on its examples' embeddings (``vectors[i]`` embeds ``texts[i]``, squashed).
 
@@ -131,15 +148,20 @@ def train_question(
         benign = 1 - violated
         lengths = [len(t) for t, y in zip(example_texts, targets, strict=True) if y == violated]
         weights = np.concatenate([np.ones(len(rows)), background_weights(lengths, background)])
-        head = fit_head(
+        rule = fit_head(
             np.vstack([x, background.vectors]),
             labels,
             np.concatenate([targets, np.full(len(background.units), benign, dtype=np.intp)]),
             weights=weights,
         )
-        return TrainedQuestion(head=head, violation=q.violation)
-    head = fit_head(x, labels, targets)
+        return TrainedQuestion(head=rule, violation=q.violation)
+    softmax = fit_head(x, labels, targets)
+    # A check reads many windows and takes the worst, measured with the softmax head: it stays so.
+    adapted = fit_adapted_head(x, labels, targets) if head == "adapted" and q.violation is None else None
+    answerer: SoftmaxHead | AdaptedHead = softmax
+    if adapted is not None and (softmax.cv_log_loss is None or adapted.cv_log_loss < softmax.cv_log_loss):
+        answerer = adapted
     is_noul = set(labels) == {"yes", "no"}
     wants_open_set = q.violation is None and not is_noul and open_set_rate > 0
     open_set = fit_open_set(x, targets, rate=open_set_rate) if wants_open_set else None
-    return TrainedQuestion(head=head, open_set=open_set, none_option=q.none_option, violation=q.violation)
+    return TrainedQuestion(head=answerer, open_set=open_set, none_option=q.none_option, violation=q.violation)

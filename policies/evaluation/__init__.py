@@ -49,6 +49,7 @@ from ._metrics import (
     reliability,
     verdict_shares,
 )
+from ._plots import plot_tuning
 from ._predictions import (
     PREDICTIONS_FILE,
     RUN_FILE,
@@ -131,6 +132,7 @@ __all__ = [
     "paired_bootstrap",
     "percentiles",
     "pick_examples",
+    "plot_tuning",
     "read_predictions",
     "read_rows",
     "read_run",

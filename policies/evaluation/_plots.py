@@ -19,7 +19,7 @@ from ._metrics import CoverageCurve, Reliability
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["CoverageSeries", "plot_coverage", "plot_reliability", "plotting_available"]
+__all__ = ["CoverageSeries", "plot_coverage", "plot_reliability", "plot_tuning", "plotting_available"]
 
 _DPI = 110
 
@@ -118,6 +118,48 @@ def plot_coverage(path: Path, series: Mapping[str, CoverageSeries], targets: Seq
         xlabel="coverage (share of rows answered by System 1)",
         ylabel="accuracy of the answered rows",
         title="Accuracy–coverage (descriptive: thresholds read off these rows)",
+    )
+    axes.legend(fontsize=8, loc="lower left")
+    axes.grid(alpha=0.3)
+    figure.savefig(path, format="png")
+
+
+def plot_tuning(
+    path: Path,
+    kept: Sequence[float],
+    accuracy: Sequence[float],
+    lower: Sequence[float],
+    *,
+    target: float,
+    chosen: int,
+    title: str,
+) -> None:
+    """``fastslow tune``'s path on held-out decisions: accuracy and its lower bound against the share kept.
+
+    ``chosen`` indexes the point tune picked (a star); the target is a dotted line.
+    """
+    figure = _figure(7.0, 5.0)
+    axes = figure.subplots()
+    axes.plot(kept, accuracy, marker="o", markersize=3, linewidth=1.5, label="accuracy of kept decisions")
+    axes.plot(kept, lower, linestyle="--", linewidth=1.2, label="lower confidence bound")
+    axes.plot(
+        [kept[chosen]],
+        [accuracy[chosen]],
+        marker="*",
+        markersize=14,
+        linestyle="none",
+        markeredgecolor="black",
+        label="chosen thresholds",
+    )
+    axes.axhline(target, linestyle=":", color="grey", linewidth=1)
+    axes.annotate(f"{target:.1%}", (0.0, target), xytext=(3, 3), textcoords="offset points", fontsize=8)
+    finite = [v for v in (*accuracy, *lower) if np.isfinite(v)]
+    axes.set(
+        xlim=(0, 1),
+        ylim=(max(0.0, min([*finite, target]) - 0.02), 1.005),
+        xlabel="coverage (share of held-out decisions System 1 keeps)",
+        ylabel="accuracy",
+        title=title,
     )
     axes.legend(fontsize=8, loc="lower left")
     axes.grid(alpha=0.3)
