@@ -25,12 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from fastslow.policies import load_policy
 from fastslow.policies.evaluation import ece
 from fastslow.policies.tuning import wilson_lower, wilson_upper
 from fastslow.router import ConfigError, Settings
 
-from ._tune import Sample, logged_label, sample_weight
+from ._tune import Sample, load_task, logged_label, sample_weight
 
 __all__ = ["COVERAGE_SHIFT", "Drift", "drift"]
 
@@ -64,11 +63,7 @@ async def drift(
     """
     from .store import DecisionStore, database_url_for
 
-    policy_set = load_policy(policy, default_engine=settings.engine)
-    if task not in policy_set.tasks:
-        raise ConfigError(
-            f"no task {task!r} in the policy (tasks: {', '.join(policy_set.tasks)})", path=str(policy), key="tasks"
-        )
+    policy_set = load_task(policy, task, settings)
     the_task = policy_set.tasks[task]
     thresholds, calibration = the_task.fitted.get("thresholds"), the_task.fitted.get("calibration")
     if thresholds is None and calibration is None:

@@ -21,9 +21,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from fastslow.policies import load_policy
 from fastslow.policies.tuning import kept_answer, wilson_lower, wilson_upper
-from fastslow.router import CheckTask, ConfigError, Settings
+from fastslow.router import CheckTask, Settings
+
+from ._tune import load_task
 
 __all__ = ["Shadow", "shadow_report"]
 
@@ -49,11 +50,7 @@ async def shadow_report(
     """
     from .store import DecisionStore, database_url_for
 
-    policy_set = load_policy(policy, default_engine=settings.engine)
-    if task not in policy_set.tasks:
-        raise ConfigError(
-            f"no task {task!r} in the policy (tasks: {', '.join(policy_set.tasks)})", path=str(policy), key="tasks"
-        )
+    policy_set = load_task(policy, task, settings)
     the_task = policy_set.tasks[task]
     store = await DecisionStore.open(database_url_for(settings))
     try:

@@ -45,6 +45,7 @@ __all__ = [
     "calibrate_task",
     "collect",
     "collect_from_log",
+    "load_task",
     "logged_label",
     "plot",
     "sample_weight",
@@ -114,11 +115,7 @@ async def collect(
     """
     if split == "test":
         raise ConfigError("--split: the test split is for judging a fit, never for making one", key="split")
-    policy_set = load_policy(policy, default_engine=settings.engine)
-    if task not in policy_set.tasks:
-        raise ConfigError(
-            f"no task {task!r} in the policy (tasks: {', '.join(policy_set.tasks)})", path=str(policy), key="tasks"
-        )
+    policy_set = load_task(policy, task, settings)
     rows = read_rows(data, policy=policy_set)
     if rows.problems:
         # A bad row (say, a label the task has no option for) is an error here, not a row to skip:
@@ -220,11 +217,7 @@ async def collect_from_log(
     """
     from .store import DecisionStore, database_url_for
 
-    policy_set = load_policy(policy, default_engine=settings.engine)
-    if task not in policy_set.tasks:
-        raise ConfigError(
-            f"no task {task!r} in the policy (tasks: {', '.join(policy_set.tasks)})", path=str(policy), key="tasks"
-        )
+    policy_set = load_task(policy, task, settings)
     the_task = policy_set.tasks[task]
     store = await DecisionStore.open(database_url_for(settings))
     try:
@@ -341,6 +334,20 @@ def logged_label(task: Task, question: str, decided: str | None, system: int, ou
     return label
 
 
+def load_task(policy: Path, task: str, settings: Settings) -> PolicySet:
+    """The policy file, loaded as the service would, which must have ``task``.
+
+    Raises:
+        ConfigError: a bad policy file, or no task of that name (the message lists the tasks).
+    """
+    policy_set = load_policy(policy, default_engine=settings.engine)
+    if task not in policy_set.tasks:
+        raise ConfigError(
+            f"no task {task!r} in the policy (tasks: {', '.join(policy_set.tasks)})", path=str(policy), key="tasks"
+        )
+    return policy_set
+
+
 def _stale(folder: Path, version: str) -> bool:
     """Whether ``folder`` holds a run under another policy version: a fit written since, say; run afresh."""
     if not (folder / RUN_FILE).is_file():
@@ -377,14 +384,10 @@ def _split(predictions: Sequence[Prediction], held_out: float, seed: int) -> tup
     return fit, held
 
 
-def _labelled(predictions: Sequence[Prediction], *, calibration: float = 1.0) -> list[Labelled]:
-    from fastslow.policies.tuning import apply_temperature
-
+def _labelled(predictions: Sequence[Prediction]) -> list[Labelled]:
     return [
         Labelled(
-            probabilities=dict(p.probabilities)
-            if calibration == 1.0
-            else apply_temperature(p.probabilities, calibration),
+            probabilities=dict(p.probabilities),
             label=str(p.label),
             none_option=p.none_option,
             weight=p.weight,

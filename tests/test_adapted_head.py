@@ -35,6 +35,13 @@ def _blobs(n_per: int, dim: int = 16, spread: float = 0.6, seed: int = 0) -> tup
     return x / np.linalg.norm(x, axis=1, keepdims=True), np.repeat(np.arange(4), n_per)
 
 
+def _gap(v: np.ndarray, y: np.ndarray) -> float:
+    """Mean cosine within an option minus mean cosine across options: how well the options separate."""
+    same = y[:, None] == y[None, :]
+    s = v @ v.T
+    return float(s[same].mean() - s[~same].mean())
+
+
 def _log_loss(p: np.ndarray, y: np.ndarray) -> float:
     return float(-np.log(p[np.arange(len(y)), y]).mean())
 
@@ -45,13 +52,7 @@ def test_the_projection_starts_at_the_identity_and_pulls_options_apart() -> None
     p = fit_projection(x, y)
     z = x @ p
     z /= np.linalg.norm(z, axis=1, keepdims=True)
-    same = y[:, None] == y[None, :]
-
-    def gap(v: np.ndarray) -> float:
-        s = v @ v.T
-        return float(s[same].mean() - s[~same].mean())
-
-    assert gap(z) > gap(x)
+    assert _gap(z, y) > _gap(x, y)
 
 
 def test_the_adapted_head_gives_distributions_and_survives_the_store() -> None:
@@ -133,11 +134,5 @@ def test_past_a_batch_the_projection_learns_from_random_draws(monkeypatch: pytes
     x, y = _blobs(30)
     z = x @ fit_projection(x, y, seed=1)
     z /= np.linalg.norm(z, axis=1, keepdims=True)
-    same = y[:, None] == y[None, :]
-
-    def gap(v: np.ndarray) -> float:
-        s = v @ v.T
-        return float(s[same].mean() - s[~same].mean())
-
-    assert gap(z) > gap(x)
+    assert _gap(z, y) > _gap(x, y)
     assert fit_projection(x, y, seed=1) == pytest.approx(fit_projection(x, y, seed=1))  # seeded: reproducible

@@ -12,7 +12,7 @@
 """
 
 from ._bounds import needed_for, wilson_lower, wilson_upper
-from ._calibrate import CalibrationFit, Figures, apply_temperature, figures, fit_temperature
+from ._calibrate import CalibrationFit, Figures, figures, fit_temperature
 from ._fitted import fit_mismatches
 from ._select import (
     BAND_GRID,
@@ -41,7 +41,6 @@ __all__ = [
     "PolicyEditor",
     "ThresholdChoice",
     "TooFewLabels",
-    "apply_temperature",
     "figures",
     "fit_mismatches",
     "fit_temperature",

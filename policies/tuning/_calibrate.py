@@ -10,7 +10,7 @@ Brier and log loss are reported before and after on the held-out split.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +20,7 @@ from fastslow.policies.evaluation import brier, ece, log_loss
 
 from ._select import Labelled
 
-__all__ = ["CalibrationFit", "Figures", "apply_temperature", "figures", "fit_temperature"]
+__all__ = ["CalibrationFit", "Figures", "figures", "fit_temperature"]
 
 F64 = NDArray[np.float64]
 MIN_TEMPERATURE, MAX_TEMPERATURE = math.exp(-4.0), math.exp(4.0)
@@ -73,15 +73,6 @@ def _scaled(logp: F64, temperature: float) -> F64:
 def _loss(logp: F64, y: NDArray[np.int64], w: F64, temperature: float) -> float:
     p = _scaled(logp, temperature)[np.arange(len(y)), y]
     return float(np.average(-np.log(np.maximum(p, 1e-12)), weights=w))
-
-
-def apply_temperature(probabilities: Mapping[str, float], temperature: float) -> dict[str, float]:
-    """What the router's calibration makes of a distribution at ``temperature``."""
-    logs = {k: math.log(p) / temperature if p > 0 else -math.inf for k, p in probabilities.items()}
-    top = max(logs.values())
-    weights = {k: math.exp(v - top) if v != -math.inf else 0.0 for k, v in logs.items()}
-    total = math.fsum(weights.values())
-    return {k: v / total for k, v in weights.items()}
 
 
 def figures(rows: Sequence[Labelled], temperature: float = 1.0) -> Figures:
