@@ -3,8 +3,9 @@
 ``build_runtime(settings)`` loads the policy and wires engines and System 2 to a ``Router``;
 ``create_app(settings)`` is the HTTP API (it imports FastAPI and the database layer, so only
 when asked for); ``evaluate(data, out_dir, settings=...)`` runs an evaluation file through the
-engines and the router and writes its report (``fastslow eval``); ``fastslow.api.cli`` is the
-``fastslow`` command.
+engines and the router and writes its report (``fastslow eval``); ``Learner`` learns from
+escalations into the decision log (``docs/learning.md``); ``fastslow.api.cli`` is the ``fastslow``
+command.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from ._compose import Runtime, build_runtime
 
 if TYPE_CHECKING:
     from ._evaluate import evaluate
+    from ._learning import Learner
     from .app import create_app
 
-__all__ = ["Runtime", "build_runtime", "create_app", "evaluate"]
+__all__ = ["Learner", "Runtime", "build_runtime", "create_app", "evaluate"]
 
 
 def __getattr__(name: str) -> object:
@@ -30,4 +32,8 @@ def __getattr__(name: str) -> object:
         from ._evaluate import evaluate
 
         return evaluate
+    if name == "Learner":
+        from ._learning import Learner
+
+        return Learner
     raise AttributeError(f"module 'fastslow.api' has no attribute {name!r}")

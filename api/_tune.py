@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
@@ -21,22 +21,38 @@ from typing import Any, Literal, TypeAlias
 from fastslow.policies import load_policy
 from fastslow.policies.evaluation import RUN_FILE, Prediction, RunInfo, read_predictions, read_rows, read_run
 from fastslow.policies.tuning import (
+    ISOTONIC_MIN_ROWS,
+    PLATT_MIN_ROWS,
     BandChoice,
     CalibrationFit,
     Labelled,
+    Method,
     PolicyEditor,
     ThresholdChoice,
     TooFewLabels,
-    fit_temperature,
+    fit_calibration,
+    reexpress,
     tune_bands,
     tune_thresholds,
 )
-from fastslow.router import CheckTask, ConfigError, ModelPrice, PolicySet, Settings, Task
+from fastslow.router import (
+    Calibration,
+    CheckTask,
+    ConfigError,
+    Isotonic,
+    ModelPrice,
+    Platt,
+    PolicySet,
+    Settings,
+    Task,
+)
 
 from ._compose import embedder_name
 from ._evaluate import evaluate
 
 __all__ = [
+    "MAP_KEYS",
+    "REMOVE",
     "SAMPLE_WORDS",
     "Collected",
     "Fit",
@@ -54,6 +70,17 @@ __all__ = [
 ]
 
 HELD_OUT = 0.5
+MAP_KEYS = ("platt", "isotonic")
+"""The policy file's keys of a confidence map; a calibration has at most one."""
+
+
+class _Remove:
+    def __repr__(self) -> str:
+        return "REMOVE"
+
+
+REMOVE: Any = _Remove()
+"""An edit's value that takes its key out of the policy file (``apply``)."""
 OUTPUT_TOKENS = 16
 """Tokens a System-2 answer to a typed question takes (an option name and a little JSON)."""
 PROMPT_TOKENS = 150
@@ -559,40 +586,90 @@ def _band_record(b: BandChoice) -> dict[str, Any]:
     }
 
 
-def calibrate_task(c: Collected, data: str | Path) -> Fit:
-    """A temperature for each of the task's questions with labelled decisions, and for the task as a whole."""
+def calibrate_task(c: Collected, data: str | Path, *, method: Method = "auto") -> Fit:
+    """A calibration for each of the task's questions with labelled decisions, and for the task as a whole.
+
+    Each is a temperature and, where ``method`` and the number of decisions allow, a Platt or
+    isotonic map of the top probability (``fit_calibration``). It replaces the current one, map
+    and all: the decisions are first restated without the current map (``reexpress``).
+
+    Raises:
+        TooFewLabels: no question has decisions in both splits, or ``method`` asks for a map the
+            task's fit split is too small for (a question too small for it gets a temperature alone).
+    """
     current = c.task.calibration
+    name = c.task.name
     record: dict[str, Any] = {**_base_record("calibrate", c, data), "method": "temperature", "questions": {}}
     edits: list[tuple[tuple[str, ...], Any]] = []
     lines: list[str] = []
     questions = sorted({p.question for p in c.fit} & {p.question for p in c.held_out})
     if not questions:
         raise TooFewLabels("calibration needs labelled decisions of one question in both the fit and held-out split")
-    whole = fit_temperature(_labelled(c.fit), _labelled(c.held_out))
-    temperature = round(current.temperature * whole.factor, 4)
-    edits.append((("tasks", c.task.name, "calibration", "temperature"), temperature))
-    record["held_out"] = _figures_record(whole)
-    lines.append(_fit_line(c.task.name, temperature, whole))
-    per_question: dict[str, float] = {}
+
+    def fit_under(fit: Sequence[Prediction], held: Sequence[Prediction], under: float, asked: Method) -> CalibrationFit:
+        return fit_calibration(
+            _restated(fit, current, under),
+            _restated(held, current, under),
+            method=asked,
+            base_temperature=under,
+            decided=_labelled(held),
+        )
+
+    whole = fit_under(c.fit, c.held_out, current.temperature, method)
+    here = ("tasks", name, "calibration")
+    edits += [(here + ("temperature",), whole.calibration.temperature), *_map_edits(here, whole.calibration)]
+    record.update(method=whole.method, asked=method, held_out=_figures_record(whole))
+    if whole.scores:
+        record["cv_brier"] = {m: round(v, 5) for m, v in whole.scores.items()}
+    lines += [_fit_line(name, whole), f"  {whole.reason}"]
+    own: dict[str, Calibration] = {}
     if len(questions) > 1:
         for q in questions:
             fit_q = [p for p in c.fit if p.question == q]
             held_q = [p for p in c.held_out if p.question == q]
-            one = fit_temperature(_labelled(fit_q), _labelled(held_q))
-            t = round(current.for_question(q).temperature * one.factor, 4)
-            per_question[q] = t
-            record["questions"][q] = _figures_record(one)
-            lines.append(_fit_line(f"{c.task.name}.{q}", t, one))
-        edits.append(
-            (
-                ("tasks", c.task.name, "calibration", "questions"),
-                {q: {"temperature": t} for q, t in per_question.items()},
-            )
-        )
+            try:
+                one = fit_under(fit_q, held_q, current.for_question(q).temperature, method)
+            except TooFewLabels:
+                needed = PLATT_MIN_ROWS if method == "platt" else ISOTONIC_MIN_ROWS
+                one = fit_under(fit_q, held_q, current.for_question(q).temperature, "temperature")
+                one = replace(one, reason=f"temperature alone: {len(fit_q)} fit decisions, {method} needs {needed}")
+            own[q] = one.calibration
+            record["questions"][q] = {"method": one.method, **_figures_record(one)}
+            lines += [_fit_line(f"{name}.{q}", one), f"  {one.reason}"]
     else:
         record.pop("questions")
-    edits.append((("tasks", c.task.name, "fitted", "calibration"), record))
+        if questions[0] in current.questions:
+            # The question's own entry would hide the task-wide fit from it: it gets the same fit.
+            own[questions[0]] = whole.calibration
+    if own:
+        edits.append((here + ("questions",), {q: _calibration_yaml(cal) for q, cal in own.items()}))
+    edits.append((("tasks", name, "fitted", "calibration"), record))
     return Fit(edits=edits, record=record, lines=lines)
+
+
+def _restated(predictions: Sequence[Prediction], current: Calibration, temperature: float) -> list[Labelled]:
+    """The decisions as ``temperature`` alone gives them, each undone from the calibration it was decided under."""
+    return [
+        replace(row, probabilities=reexpress(p.probabilities, current.for_question(p.question), temperature))
+        for p, row in zip(predictions, _labelled(predictions), strict=True)
+    ]
+
+
+def _calibration_yaml(calibration: Calibration) -> dict[str, Any]:
+    """A question's calibration as its policy-file mapping (``temperature`` and ``platt`` or ``isotonic``)."""
+    out: dict[str, Any] = {"temperature": calibration.temperature}
+    g = calibration.confidence_map
+    if isinstance(g, Platt):
+        out["platt"] = {"a": g.a, "b": g.b}
+    elif isinstance(g, Isotonic):
+        out["isotonic"] = [[x, y] for x, y in zip(g.x, g.y, strict=True)]
+    return out
+
+
+def _map_edits(at: tuple[str, ...], calibration: Calibration) -> list[tuple[tuple[str, ...], Any]]:
+    """Write the map ``calibration`` has under ``at``, removing the other one (or both, when it has none)."""
+    written = _calibration_yaml(calibration)
+    return [(at + (key,), written.get(key, REMOVE)) for key in MAP_KEYS]
 
 
 def _figures_record(f: CalibrationFit) -> dict[str, Any]:
@@ -602,10 +679,15 @@ def _figures_record(f: CalibrationFit) -> dict[str, Any]:
     return {"decisions": f.after.n, "before": one(f.before), "after": one(f.after)}
 
 
-def _fit_line(name: str, temperature: float, f: CalibrationFit) -> str:
-    b, a = f.before, f.after
+def _fit_line(name: str, f: CalibrationFit) -> str:
+    b, a, g = f.before, f.after, f.calibration.confidence_map
+    what = f"temperature {f.calibration.temperature} (x{f.factor:.3f})"
+    if isinstance(g, Platt):
+        what += f", platt a {g.a}, b {g.b}"
+    elif isinstance(g, Isotonic):
+        what += f", isotonic through {len(g.x)} points"
     return (
-        f"{name}: temperature {temperature} (x{f.factor:.3f}); held out ({a.n}): ECE {b.ece:.3f} -> {a.ece:.3f}, "
+        f"{name}: {f.method}: {what}; held out ({a.n}): ECE {b.ece:.3f} -> {a.ece:.3f}, "
         f"Brier {b.brier:.4f} -> {a.brier:.4f}, log loss {b.log_loss:.3f} -> {a.log_loss:.3f}"
     )
 
@@ -635,8 +717,23 @@ def plot(fit: Fit, path: Path, task: str) -> bool:
 
 
 def apply(editor: PolicyEditor, fit: Fit) -> None:
-    """Make ``fit``'s edits; a rule written as a bare question becomes a mapping to take its bands."""
+    """Make ``fit``'s edits; a rule written as a bare question becomes a mapping to take its bands.
+
+    An edit whose value is ``REMOVE`` takes its key out. A task calibration left without a map of
+    its own while the file's ``defaults`` give one gets ``null`` for it, so that it runs as fitted.
+    """
+    removed: dict[tuple[str, ...], set[str]] = {}
     for keys, value in fit.edits:
+        if value is REMOVE:
+            editor.remove(keys)
+            removed.setdefault(keys[:-1], set()).add(keys[-1])
+            continue
         if len(keys) == 5 and keys[2] == "rules":
             editor.expand(keys[:4], "instructions")
         editor.set(keys, value)
+    for at, gone in removed.items():
+        if at[:1] == ("tasks",) and at[-1:] == ("calibration",) and gone >= set(MAP_KEYS):
+            for key in MAP_KEYS:
+                node = editor.get(("defaults", "calibration", key))
+                if node is not None and node.tag != "tag:yaml.org,2002:null":
+                    editor.set((*at, key), None)

@@ -851,12 +851,28 @@ def calibrate_command(
     split: Annotated[str | None, _SPLIT_OPT] = None,
     held_out: Annotated[float, _HELD_OUT_OPT] = 0.5,
     seed: Annotated[int, typer.Option(help="Seed of the fit / held-out split.")] = 0,
+    method: Annotated[
+        str,
+        typer.Option(
+            "--method",
+            help="auto (by cross-validation on the fit split), temperature, platt (200+ fit decisions) or "
+            "isotonic (1,000+).",
+        ),
+    ] = "auto",
     dry_run: Annotated[bool, _DRY_OPT] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
 ) -> None:
-    """Fit the task's temperature (task-wide and per question) and write it into the policy file."""
+    """Fit the task's calibration (task-wide and per question) and write it into the policy file.
+
+    A temperature always; a Platt or isotonic map of the top probability on top of it where the
+    fit split is large enough and, with --method auto, where it scores better out of fold.
+    """
+    from fastslow.policies.tuning import METHODS, Method
+
     from ._tune import calibrate_task
 
+    if method != "auto" and method not in METHODS:
+        _fail(f"--method: one of auto, {', '.join(METHODS)}, not {method!r}", EXIT_BAD_INPUT)
     _fit(
         "calibrate",
         policy=policy,
@@ -873,7 +889,7 @@ def calibrate_command(
         seed=seed,
         dry_run=dry_run,
         progress=progress,
-        fit=lambda c, _settings: calibrate_task(c, c.info.data),
+        fit=lambda c, _settings: calibrate_task(c, c.info.data, method=cast(Method, method)),
     )
 
 
@@ -1021,3 +1037,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# Registered last: its commands use this module's helpers, imported when they run.
+from ._cli_learned import learned_app  # noqa: E402
+
+app.add_typer(learned_app, name="learned")

@@ -498,6 +498,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     if args.tuning_from is not None:
         # bench/tuning.py's section: thresholds from fastslow tune, judged on the test split.
         page += "\n" + args.tuning_from.read_text(encoding="utf-8")
+    if args.learning_from is not None:
+        page += "\n" + learning_section(args.learning_from, plots_dir)
     (docs / "benchmarks.md").write_text(page, encoding="utf-8")
 
     def brief(m: dict[str, Any]) -> dict[str, Any]:
@@ -534,6 +536,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def learning_section(learning_md: Path, plots_dir: Path) -> str:
+    """bench/learning.py's section, its plot copied beside the page's others."""
+    shutil.copyfile(learning_md.with_name("learning.png"), plots_dir / "learning.png")
+    text = learning_md.read_text(encoding="utf-8")
+    return text.replace("](learning.png)", f"]({plots_dir.name}/learning.png)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="one set, two engines, 60 rows; quality.py --quick")
@@ -554,6 +563,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         metavar="TUNING_MD",
         help="append this bench/tuning.py section (its tuning.md) to the page",
+    )
+    parser.add_argument(
+        "--learning-from",
+        type=Path,
+        default=None,
+        metavar="LEARNING_MD",
+        help="append this bench/learning.py section (its learning.md, with learning.png beside it) to the page",
     )
     parser.add_argument(
         "--quality-from",

@@ -7,6 +7,7 @@
 ``fastslow.engines.chat``.
 """
 
+from ._learned import LearnedExampleText, LearnedSet, merge_learned
 from ._pool import EnginePool, needs_examples
 from ._registry import ENGINES, LEARNS_FROM_EXAMPLES, EngineBuild, EngineFactory, build_engine, examples_for
 
@@ -16,7 +17,10 @@ __all__ = [
     "EngineBuild",
     "EngineFactory",
     "EnginePool",
+    "LearnedExampleText",
+    "LearnedSet",
     "build_engine",
     "examples_for",
+    "merge_learned",
     "needs_examples",
 ]

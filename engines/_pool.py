@@ -1,4 +1,4 @@
-"""The engines a running router uses, built once and rebuilt when the policy's examples change.
+"""The engines a running router uses, built once and rebuilt when the policy's or the learned examples change.
 
 Engines that learn from examples (the embedded engines) are trained on the policy file's examples
 merged with the examples file from settings, and share one set of loaded models; network engines
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from fastslow.router import EngineName, PolicySet, Settings
 from fastslow.router.engine_api import DecisionEngine
 
+from ._learned import LearnedSet
 from ._registry import LEARNS_FROM_EXAMPLES, EngineBuild, _factory, examples_for
 
 if TYPE_CHECKING:
@@ -36,6 +37,10 @@ def needs_examples(name: EngineName | None, *, default: EngineName = "embedded")
 class EnginePool:
     """An ``EngineSource``: the engine for a task's engine name under a given policy.
 
+    Engines that learn from examples are trained on the policy's examples and on the learned set in
+    force (``train``); a new learned set is trained in the caller's thread while requests keep the
+    engines trained before, and takes over for every engine in one step.
+
     Args:
         settings: what every engine is configured from.
         models: loaded CPU models to share (tests pass one); loaded on first need when omitted.
@@ -44,8 +49,16 @@ class EnginePool:
     def __init__(self, settings: Settings, *, models: EmbeddedModels | None = None) -> None:
         self._settings = settings
         self._models = models
-        self._engines: dict[tuple[EngineName, str], DecisionEngine] = {}
+        self._engines: dict[tuple[EngineName, str, str], DecisionEngine] = {}
+        self._learned = LearnedSet()
         self._lock = threading.Lock()
+        # One training at a time: a reload and a retrain at once would only contend for the CPU.
+        self._training = threading.Lock()
+
+    @property
+    def learned(self) -> LearnedSet:
+        """The learned examples the engines in force were trained with."""
+        return self._learned
 
     def engine_for(self, name: EngineName | None, policy: PolicySet) -> DecisionEngine:
         """The engine ``name`` (the settings' engine when ``None``) trained for ``policy``.
@@ -54,27 +67,33 @@ class EnginePool:
             ConfigError: an unknown engine name, or an engine that cannot start with these settings.
         """
         engine_name = name or self._settings.engine
-        factory = _factory(engine_name)
-        learns = engine_name in LEARNS_FROM_EXAMPLES
-        key = (engine_name, policy.version if learns else "")
+        learned = self._learned
+        key = self._key(engine_name, policy, learned)
         with self._lock:
             engine = self._engines.get(key)
             if engine is None:
-                if not learns:
-                    engine = factory(EngineBuild(settings=self._settings))
-                else:
-                    examples = examples_for(self._settings, policy)
-                    engine = factory(
-                        EngineBuild(settings=self._settings, examples=examples, models=self._shared_models())
-                    )
-                    trained = len(examples.questions) if examples is not None else 0
-                    log.info(
-                        "built %s engine for policy %s (%d questions with examples)",
-                        engine_name,
-                        policy.version,
-                        trained,
-                    )
+                engine = self._build(engine_name, policy, learned)
                 self._engines[key] = engine
+        return engine
+
+    def _key(self, name: EngineName, policy: PolicySet, learned: LearnedSet) -> tuple[EngineName, str, str]:
+        if name not in LEARNS_FROM_EXAMPLES:
+            return (name, "", "")
+        return (name, policy.version, learned.key)
+
+    def _build(self, name: EngineName, policy: PolicySet, learned: LearnedSet) -> DecisionEngine:
+        factory = _factory(name)
+        if name not in LEARNS_FROM_EXAMPLES:
+            return factory(EngineBuild(settings=self._settings))
+        examples = examples_for(self._settings, policy, learned)
+        engine = factory(EngineBuild(settings=self._settings, examples=examples, models=self._shared_models()))
+        log.info(
+            "built %s engine for policy %s (%d questions with examples, learned set %s)",
+            name,
+            policy.version,
+            len(examples.questions) if examples is not None else 0,
+            learned.key or "empty",
+        )
         return engine
 
     def _shared_models(self) -> EmbeddedModels:
@@ -90,10 +109,33 @@ class EnginePool:
         Engines trained for other policy versions are dropped: after a reload only the new
         examples matter. (Their ``aclose`` is a no-op: they hold no connections.)
         """
-        for name in {task.engine for task in policy.tasks.values()}:
-            self.engine_for(name, policy)
+        with self._training:
+            for name in {task.engine for task in policy.tasks.values()}:
+                self.engine_for(name, policy)
+            self._drop_others(policy, self._learned)
+
+    def train(self, policy: PolicySet, learned: LearnedSet) -> None:
+        """Train ``policy``'s engines on ``learned`` and make them the ones in force (blocking).
+
+        Until this returns, requests get the engines trained on the previous learned set; then all
+        of them switch at once. Call it from a worker thread in async code.
+        """
+        with self._training:
+            names = {task.engine or self._settings.engine for task in policy.tasks.values()}
+            built: dict[tuple[EngineName, str, str], DecisionEngine] = {}
+            for name in names & LEARNS_FROM_EXAMPLES:
+                key = self._key(name, policy, learned)
+                with self._lock:
+                    engine = self._engines.get(key)
+                built[key] = engine if engine is not None else self._build(name, policy, learned)
+            with self._lock:
+                self._engines.update(built)
+                self._learned = learned
+            self._drop_others(policy, learned)
+
+    def _drop_others(self, policy: PolicySet, learned: LearnedSet) -> None:
         with self._lock:
-            for key in [k for k in self._engines if k[1] and k[1] != policy.version]:
+            for key in [k for k in self._engines if k[1] and k[1:] != (policy.version, learned.key)]:
                 del self._engines[key]
 
     async def aclose(self) -> None:

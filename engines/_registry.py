@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, TypeAlias, get_args
 from fastslow.router import ConfigError, EngineName, PolicySet, Settings
 from fastslow.router.engine_api import DecisionEngine
 
+from ._learned import LearnedSet, merge_learned
+
 if TYPE_CHECKING:
     from .embedded import EmbeddedModels, ExampleSet
 
@@ -91,11 +93,13 @@ LEARNS_FROM_EXAMPLES: frozenset[EngineName] = frozenset({"embedded", "examples",
 assert set(ENGINES) == set(get_args(EngineName)), "every EngineName needs a factory"
 
 
-def examples_for(settings: Settings, policy: PolicySet | None = None) -> ExampleSet | None:
+def examples_for(
+    settings: Settings, policy: PolicySet | None = None, learned: LearnedSet | None = None
+) -> ExampleSet | None:
     """The examples engines learn from: the settings' examples file with ``policy``'s over it.
 
-    A question the policy gives examples for takes them from the policy alone. ``None`` when
-    there are none at all.
+    A question the policy gives examples for takes them from the policy alone, plus what its task
+    learned from escalations (``learned``, see ``merge_learned``). ``None`` when there are none at all.
 
     Raises:
         ConfigError: a bad examples file.
@@ -107,7 +111,9 @@ def examples_for(settings: Settings, policy: PolicySet | None = None) -> Example
         questions.update(load_examples(settings.embedded.examples).questions)
     if policy is not None:
         roles = policy.question_roles()
-        for name, examples in policy.question_examples().items():
+        own = policy.question_examples()
+        merged = merge_learned(policy, own, learned) if learned is not None else own
+        for name, examples in merged.items():
             role = roles.get(name)
             questions[name] = QuestionExamples(
                 name=name,
@@ -119,7 +125,11 @@ def examples_for(settings: Settings, policy: PolicySet | None = None) -> Example
     if not questions:
         return None
     file = str(settings.embedded.examples) if settings.embedded.examples is not None else None
-    return ExampleSet(questions=questions, source=(policy.source if policy is not None else None) or file)
+    return ExampleSet(
+        questions=questions,
+        source=(policy.source if policy is not None else None) or file,
+        versions=dict(learned.versions) if learned is not None else {},
+    )
 
 
 def build_engine(settings: Settings, name: EngineName | None = None) -> DecisionEngine:

@@ -8,7 +8,7 @@ without examples must have them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -19,11 +19,15 @@ from fastslow.router import (
     CheckTask,
     Choice,
     ClassifyTask,
+    ConfidenceMap,
     Egress,
     Examples,
+    Isotonic,
+    Learn,
     Noul,
     OnFailure,
     OpenEnded,
+    Platt,
     PolicySet,
     Question,
     ReadOptions,
@@ -48,8 +52,10 @@ from ._schema import (
     CommonModel,
     EngineOptionsModel,
     FittedModel,
+    LearnModel,
     NoulQuestionModel,
     PolicyFile,
+    QuestionCalibrationModel,
     RouteTaskModel,
     ScoreQuestionModel,
     TaskEgressModel,
@@ -89,7 +95,7 @@ def _block(task_value: _M | None, default_value: _M | None, empty: type[_M]) -> 
 def _common(name: str, task: CommonModel, defaults: CommonModel, on_failure: OnFailure) -> TaskCommon:
     options = _block(task.engine_options, defaults.engine_options, EngineOptionsModel)
     thresholds = _block(task.thresholds, defaults.thresholds, ThresholdsModel)
-    calibration = _block(task.calibration, defaults.calibration, CalibrationModel)
+    calibration = _calibration_block(task.calibration, defaults.calibration)
     egress = _block(task.egress, defaults.egress, TaskEgressModel)
     store_state = task.store_state if task.store_state is not None else defaults.store_state
     debug_thoughts = task.debug_thoughts if task.debug_thoughts is not None else defaults.debug_thoughts
@@ -113,7 +119,11 @@ def _common(name: str, task: CommonModel, defaults: CommonModel, on_failure: OnF
         ),
         calibration=Calibration(
             temperature=calibration.temperature,
-            questions={q: c.temperature for q, c in calibration.questions.items()},
+            confidence_map=_confidence_map(calibration),
+            questions={
+                q: Calibration(temperature=c.temperature, confidence_map=_confidence_map(c))
+                for q, c in calibration.questions.items()
+            },
         ),
         on_failure=task.on_failure or defaults.on_failure or on_failure,
         egress=Egress(local_only=egress.local_only),
@@ -123,6 +133,22 @@ def _common(name: str, task: CommonModel, defaults: CommonModel, on_failure: OnF
         audit_rate=_first(task.audit_rate, defaults.audit_rate, 0.0),
         mode=task.mode or defaults.mode or "live",
     )
+
+
+def _calibration_block(task: CalibrationModel | None, defaults: CalibrationModel | None) -> CalibrationModel:
+    """``_block``, except that a map the task sets (platt or isotonic, or null) replaces the defaults' map."""
+    merged = _block(task, defaults, CalibrationModel)
+    if task is not None and {"platt", "isotonic"} & task.model_fields_set:
+        merged = merged.model_copy(update={"platt": task.platt, "isotonic": task.isotonic})
+    return merged
+
+
+def _confidence_map(model: CalibrationModel | QuestionCalibrationModel) -> ConfidenceMap | None:
+    if model.platt is not None:
+        return Platt(a=model.platt.a, b=model.platt.b)
+    if model.isotonic is not None:
+        return Isotonic(x=tuple(x for x, _ in model.isotonic), y=tuple(y for _, y in model.isotonic))
+    return None
 
 
 def _first(*values: float | None) -> float:
@@ -177,7 +203,11 @@ class _ExampleRule:
 
     def __init__(self, needs: NeedsExamples | None, default_engine: str) -> None:
         self._needs = needs
-        self._default_engine = default_engine
+        self.default_engine = default_engine
+
+    def trains_on_examples(self, engine: str | None) -> bool:
+        """Whether ``engine`` learns from examples: the engines that need them for some kind are those."""
+        return self._needs is None or bool(self._needs(engine or self.default_engine))
 
     def check(
         self,
@@ -190,7 +220,7 @@ class _ExampleRule:
     ) -> None:
         if self._needs is None:
             return
-        name = engine or self._default_engine
+        name = engine or self.default_engine
         kind = question.kind
         if kind not in self._needs(name):
             return
@@ -236,6 +266,7 @@ def _route_task(name: str, model: RouteTaskModel, common: TaskCommon, rule: _Exa
             open_ended.question,
             open_ended.examples,
         )
+    common = replace(common, learn=_learn(name, model.learn, common, rule))
     task = RouteTask(
         **_common_fields(common),
         instructions=model.instructions or _ROUTE_INSTRUCTIONS,
@@ -248,6 +279,29 @@ def _route_task(name: str, model: RouteTaskModel, common: TaskCommon, rule: _Exa
     skip = frozenset({model.none_of_these}) if model.none_of_these else frozenset()
     rule.check(("tasks", name, "routes"), f"routing task {name!r}", common.engine, task.question, task.examples, skip)
     return task
+
+
+def _learn(name: str, model: LearnModel | None, common: TaskCommon, rule: _ExampleRule) -> Learn | None:
+    if model is None:
+        return None
+    loc: Loc = ("tasks", name, "learn")
+    if not common.store_state:
+        # Learning keeps the decided text as an example; a task that keeps only a hash cannot.
+        raise PolicyProblem(
+            loc, f"task {name!r} learns from escalations, which keeps decided texts: set store_state: true in it"
+        )
+    if not rule.trains_on_examples(common.engine):
+        engine = common.engine or rule.default_engine
+        raise PolicyProblem(
+            loc, f"task {name!r} learns from escalations, but engine {engine!r} does not train on examples"
+        )
+    return Learn(
+        sources=frozenset(model.sources),
+        max_examples=model.max_examples,
+        max_text_chars=model.max_text_chars,
+        retrain_after=model.retrain_after,
+        tenants=frozenset(model.tenants) if model.tenants is not None else None,
+    )
 
 
 def _classify_task(name: str, model: ClassifyModel, common: TaskCommon, rule: _ExampleRule) -> ClassifyTask:
@@ -265,6 +319,7 @@ def _classify_task(name: str, model: ClassifyModel, common: TaskCommon, rule: _E
         questions[qname] = question
         if qexamples:
             examples[qname] = qexamples
+    common = replace(common, learn=_learn(name, model.learn, common, rule))
     return ClassifyTask(**_common_fields(common), questions=questions, examples=examples)
 
 

@@ -41,9 +41,11 @@ __all__ = [
     "EngineOptionsModel",
     "FitRecordModel",
     "FittedModel",
+    "LearnModel",
     "NoulQuestionModel",
     "NoulRuleModel",
     "OpenEndedModel",
+    "PlattModel",
     "PolicyFile",
     "QuestionCalibrationModel",
     "QuestionModel",
@@ -94,14 +96,75 @@ class ThresholdsModel(Strict):
     min_agreement: Prob | None = None
 
 
-class QuestionCalibrationModel(Strict):
+class PlattModel(Strict):
+    """``platt: {a, b}``: the top probability ``c`` becomes ``sigmoid(a * logit(c) + b)``."""
+
+    a: float = Field(gt=0.0, allow_inf_nan=False)
+    b: float = Field(default=0.0, allow_inf_nan=False)
+
+
+_ISOTONIC_SHAPE = "a list of [confidence, calibrated] pairs, such as [[0.3, 0.2], [0.9, 0.95]]"
+
+
+def _isotonic(value: Any) -> Any:
+    """``isotonic:`` points, checked here so that each mistake names its point (and so its line)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) < 2:
+        what = f"{len(value)} point" if isinstance(value, list) else repr(value)
+        ctx = {"shape": _ISOTONIC_SHAPE, "what": what}
+        raise PydanticCustomError("isotonic", "isotonic is {shape} (at least 2), not {what}", ctx)
+    points: list[tuple[float, float]] = []
+    for i, point in enumerate(value):
+        at = {"at": (i,), "i": i, "point": repr(point)}
+        numbers = isinstance(point, list) and len(point) == 2
+        if not numbers or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in point):
+            raise PydanticCustomError(
+                "isotonic", "isotonic point {i} must be a pair [confidence, calibrated], not {point}", at
+            )
+        x, y = float(point[0]), float(point[1])
+        if not (0.0 <= x <= 1.0 and 0.0 <= y <= 1.0):
+            raise PydanticCustomError("isotonic", "isotonic point {i} {point} must lie in [0, 1]", at)
+        if points and x <= points[-1][0]:
+            raise PydanticCustomError(
+                "isotonic",
+                "isotonic confidences must increase: point {i} {point} does not come after {prev}",
+                {**at, "prev": points[-1][0]},
+            )
+        if points and y < points[-1][1]:
+            raise PydanticCustomError(
+                "isotonic",
+                "isotonic values must not decrease: point {i} {point} maps below {prev}",
+                {**at, "prev": points[-1][1]},
+            )
+        points.append((x, y))
+    return points
+
+
+class _ConfidenceMapFields(Strict):
+    platt: PlattModel | None = None
+    isotonic: Annotated[list[tuple[float, float]] | None, BeforeValidator(_isotonic)] = None
+    """Confidence -> calibrated points: confidences increasing, values non-decreasing, all in [0, 1]."""
+
+    @model_validator(mode="after")
+    def _one_map(self) -> Self:
+        if self.platt is not None and self.isotonic is not None:
+            raise PydanticCustomError(
+                "two_maps", "give platt or isotonic, not both: one map of the confidence", {"at": ("isotonic",)}
+            )
+        return self
+
+
+class QuestionCalibrationModel(_ConfidenceMapFields):
+    """A question's own calibration: it replaces the task's (temperature and map) for that question."""
+
     temperature: float = Field(gt=0.0)
 
 
-class CalibrationModel(Strict):
+class CalibrationModel(_ConfidenceMapFields):
     temperature: float = Field(default=1.0, gt=0.0)
     questions: dict[str, QuestionCalibrationModel] = Field(default_factory=dict)
-    """A question's (or rule's) own temperature, where ``fastslow calibrate`` fitted one."""
+    """A question's (or rule's) own temperature and map, where ``fastslow calibrate`` fitted one."""
 
 
 class FitRecordModel(BaseModel):
@@ -124,6 +187,29 @@ class FittedModel(Strict):
     bands: FitRecordModel | None = None
 
 
+def _learn(value: Any) -> Any:
+    if value is True:
+        return {}
+    return None if value is False else value
+
+
+LearnSource = Literal["system2", "outcomes"]
+
+
+def _all_sources() -> list[LearnSource]:
+    return ["system2", "outcomes"]
+
+
+class LearnModel(Strict):
+    """``learn:`` in a route or classification task: System 2's answers and recorded outcomes become examples."""
+
+    sources: list[LearnSource] = Field(default_factory=_all_sources, min_length=1)
+    max_examples: int = Field(default=1000, ge=1, le=20_000)
+    max_text_chars: int = Field(default=2000, ge=16, le=20_000)
+    retrain_after: int = Field(default=20, ge=1, le=10_000)
+    tenants: list[str] | None = Field(default=None, min_length=1)
+
+
 class TaskEgressModel(Strict):
     _key_hints: ClassVar[dict[str, str]] = {
         "allowed_base_urls": "; the allow-list is the file's top-level egress.allowed_base_urls"
@@ -134,6 +220,8 @@ class TaskEgressModel(Strict):
 
 class CommonModel(Strict):
     """Fields every task has; also the shape of the file's ``defaults``. ``None`` means "not set"."""
+
+    _key_hints: ClassVar[dict[str, str]] = {"learn": "; learn is set per route or classification task"}
 
     engine: EngineName | None = None
     engine_options: EngineOptionsModel | None = None
@@ -217,6 +305,7 @@ class StickyModel(Strict):
 class RouteTaskModel(CommonModel):
     kind: Literal["route"]
     fitted: FittedModel | None = None
+    learn: Annotated[LearnModel | None, BeforeValidator(_learn)] = None
     instructions: Text | None = None
     routes: dict[str, Annotated[RouteModel, BeforeValidator(_route)]] = Field(min_length=1)
     none_of_these: str | None = None
@@ -248,6 +337,7 @@ class RouteTaskModel(CommonModel):
 class ClassifyModel(CommonModel):
     kind: Literal["classify"]
     fitted: FittedModel | None = None
+    learn: Annotated[LearnModel | None, BeforeValidator(_learn)] = None
     questions: dict[str, Annotated[QuestionModel, BeforeValidator(bare_question)]] = Field(min_length=1)
 
     @field_validator("questions")
@@ -258,6 +348,13 @@ class ClassifyModel(CommonModel):
 
 
 class CheckModel(CommonModel):
+    _key_hints: ClassVar[dict[str, str]] = {
+        "learn": (
+            "; policy checks do not learn from escalations (an allow learned from one wrong answer would"
+            " let such calls through unescalated): add examples to the rule instead"
+        )
+    }
+
     kind: Literal["check"]
     fitted: FittedModel | None = None
     rules: dict[str, Annotated[RuleModel, BeforeValidator(bare_question)]] = Field(min_length=1)

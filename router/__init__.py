@@ -23,9 +23,9 @@ Errors::
 """
 
 from ._answers import Answer, NoAnswer, Signals
+from ._calibration import Calibration, ConfidenceMap, Isotonic, Platt, calibrate
 from ._chat import ToolCall
 from ._decisions import (
-    Calibration,
     CheckAction,
     Decision,
     EngineFailure,
@@ -35,7 +35,6 @@ from ._decisions import (
     Thresholds,
     Verdict,
     audited,
-    calibrate,
     decide_answer,
     decide_check,
     escalated_by_system2,
@@ -59,6 +58,7 @@ from ._settings import (
     EngineName,
     JevProfileName,
     JevSettings,
+    LearningSettings,
     LimitsSettings,
     LogprobSettings,
     ModelPrice,
@@ -73,6 +73,7 @@ from ._tasks import (
     ClassifyTask,
     Egress,
     Examples,
+    Learn,
     OpenEnded,
     PolicySet,
     QuestionRole,
@@ -94,6 +95,7 @@ __all__ = [
     "CheckTask",
     "Choice",
     "ClassifyTask",
+    "ConfidenceMap",
     "ConfigError",
     "Decision",
     "DecisionSink",
@@ -112,8 +114,11 @@ __all__ = [
     "Image",
     "Incumbent",
     "InvalidRequest",
+    "Isotonic",
     "JevProfileName",
     "JevSettings",
+    "Learn",
+    "LearningSettings",
     "LimitsSettings",
     "LogprobSettings",
     "ModelPrice",
@@ -123,6 +128,7 @@ __all__ = [
     "OpenAIDecisionsSettings",
     "OpenEnded",
     "Overloaded",
+    "Platt",
     "PolicySet",
     "Question",
     "QuestionKind",

@@ -8,13 +8,13 @@ ordinary decisions, not exceptions.
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal, TypeAlias
 
 from ._answers import Answer, NoAnswer
+from ._calibration import Calibration, calibrate
 
 __all__ = [
     "Calibration",
@@ -31,6 +31,9 @@ __all__ = [
     "decide_check",
     "escalated_by_system2",
 ]
+
+_UNCALIBRATED = Calibration()
+"""The default calibration: temperature 1, no map (the engine's distribution as it is)."""
 
 System: TypeAlias = Literal[1, 2]
 Verdict: TypeAlias = Literal["allow", "review", "deny"]
@@ -64,24 +67,6 @@ class Thresholds:
     require_argmax_is_label: bool = False
     min_agreement: float | None = None
     """Minimum share of noise draws agreeing with the averaged answer."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Calibration:
-    """Per-task calibration of the engine's distribution: temperature scaling, task-wide or per question."""
-
-    temperature: float = 1.0
-    questions: Mapping[str, float] = field(default_factory=dict)
-    """Question (or rule) name -> its own temperature, where ``fastslow calibrate`` fitted one."""
-
-    def __post_init__(self) -> None:
-        if not self.temperature > 0.0 or not all(t > 0.0 for t in self.questions.values()):
-            raise ValueError("temperature must be positive")
-
-    def for_question(self, name: str) -> Calibration:
-        """The calibration question ``name`` is decided under."""
-        own = self.questions.get(name)
-        return self if own is None else Calibration(temperature=own)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,6 +126,8 @@ class Decision:
     """Drawn into the task's audit sample: a decision System 1 kept that someone should label."""
     audit_rate: float = 0.0
     """The task's ``audit_rate`` when the decision was made (its inverse weighs an audited outcome)."""
+    examples_version: str = ""
+    """The learned examples System 1 was trained with for this task (``count-hash``); empty when none."""
 
 
 def audited(decision: Decision, rate: float) -> Decision:
@@ -155,18 +142,6 @@ def audited(decision: Decision, rate: float) -> Decision:
     kept = decision.system == 1 and not decision.escalate and decision.verdict != "review"
     draw = int(decision.id[:8], 16) / 0x1_0000_0000 if len(decision.id) >= 8 else 1.0
     return replace(decision, audit=kept and draw < rate, audit_rate=rate)
-
-
-def calibrate(probabilities: Mapping[str, float], calibration: Calibration) -> dict[str, float]:
-    """Temperature-scale a distribution: p_i^(1/T), renormalised (softmax of log p / T)."""
-    if calibration.temperature == 1.0:
-        return dict(probabilities)
-    inv = 1.0 / calibration.temperature
-    logs = {k: math.log(p) * inv if p > 0.0 else -math.inf for k, p in probabilities.items()}
-    top = max(logs.values())
-    weights = {k: math.exp(v - top) if v != -math.inf else 0.0 for k, v in logs.items()}
-    total = math.fsum(weights.values())
-    return {k: w / total for k, w in weights.items()}
 
 
 def _weak_signal(answer: Answer, thresholds: Thresholds) -> str | None:
@@ -187,7 +162,7 @@ def decide_answer(
     answer: Answer | NoAnswer | EngineFailure,
     *,
     thresholds: Thresholds,
-    calibration: Calibration = Calibration(),
+    calibration: Calibration = _UNCALIBRATED,
     none_option: str | None = None,
     policy_version: str = "",
 ) -> Decision:
@@ -223,7 +198,7 @@ def decide_check(
     answer: Answer | NoAnswer | EngineFailure,
     *,
     action: CheckAction,
-    calibration: Calibration = Calibration(),
+    calibration: Calibration = _UNCALIBRATED,
     on_failure: OnFailure = "fail_closed",
     policy_version: str = "",
 ) -> Decision:

@@ -117,8 +117,11 @@ class Router:
         questions: Mapping[str, Question],
         *,
         violations: Mapping[str, str] | None = None,
-    ) -> Mapping[str, Answer | NoAnswer | EngineFailure]:
+    ) -> tuple[Mapping[str, Answer | NoAnswer | EngineFailure], str]:
+        """The engine's answers, and the version of the learned examples it was trained with for ``task``."""
         engine = self._engines.engine_for(task.engine, policy)
+        learned: Mapping[str, str] = getattr(engine, "examples_versions", None) or {}
+        version = learned.get(task.name, "")
         # The task's budget, cut to what is left of the request's deadline (request_scope).
         timeout = budget_s(task.read.timeout_s)
         options = task.read if timeout == task.read.timeout_s else replace(task.read, timeout_s=timeout)
@@ -129,10 +132,10 @@ class Router:
                 reply = await engine.decide(state, questions, options=options)
         except (TimeoutError, EngineTimeout) as exc:
             failure = EngineFailure(message=f"System 1 timed out: {exc}".rstrip(": "), timeout=True)
-            return dict.fromkeys(questions, failure)
+            return dict.fromkeys(questions, failure), version
         except EngineError as exc:
-            return dict.fromkeys(questions, EngineFailure(message=str(exc)))
-        return reply.answers
+            return dict.fromkeys(questions, EngineFailure(message=str(exc))), version
+        return reply.answers, version
 
     def _chat(self, task: TaskCommon, policy: PolicySet) -> tuple[ChatEngine | None, str]:
         chat = self._chats.chat_for(task.escalate_to or policy.default_escalate_to)
@@ -234,7 +237,7 @@ class Router:
         questions: dict[str, Question] = {task.name: task.question}
         if task.open_ended is not None:
             questions[f"{task.name}.open_ended"] = task.open_ended.question
-        answers = await self._ask(task, policy, state, questions)
+        answers, learned = await self._ask(task, policy, state, questions)
         decision = decide_answer(
             task.name,
             answers[task.name],
@@ -243,6 +246,7 @@ class Router:
             none_option=task.none_option,
             policy_version=policy.version,
         )
+        decision = replace(decision, examples_version=learned)
         if task.mode == "shadow":
             decision = await self._shadow(decision, task, policy, task.question, state, incumbent, task.name)
             await self._record([decision], state)
@@ -290,7 +294,7 @@ class Router:
         policy = self.policy
         task = self._task(policy, task_name, ClassifyTask)
         names = {f"{task.name}.{q}": q for q in task.questions}
-        answers = await self._ask(task, policy, state, {full: task.questions[q] for full, q in names.items()})
+        answers, learned = await self._ask(task, policy, state, {full: task.questions[q] for full, q in names.items()})
 
         async def one(full: str, short: str) -> Decision:
             decision = decide_answer(
@@ -300,7 +304,7 @@ class Router:
                 calibration=task.calibration.for_question(short),
                 policy_version=policy.version,
             )
-            decision = replace(decision, question=short)
+            decision = replace(decision, question=short, examples_version=learned)
             if task.mode == "shadow":
                 return await self._shadow(decision, task, policy, task.questions[short], state, incumbent, short)
             failed = decision.reason in ("engine_error", "timeout")
@@ -333,7 +337,7 @@ class Router:
         size = _read_size(state) if read_limit is not None else 0
         questions = {full: task.rules[r].question for full, r in names.items()}
         violations = {full: task.rules[r].action.violation for full, r in names.items()}
-        answers = await self._ask(task, policy, state, questions, violations=violations)
+        answers, _ = await self._ask(task, policy, state, questions, violations=violations)
 
         async def one(full: str, short: str) -> Decision:
             rule = task.rules[short]

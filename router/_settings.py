@@ -26,6 +26,7 @@ __all__ = [
     "EngineName",
     "JevProfileName",
     "JevSettings",
+    "LearningSettings",
     "LimitsSettings",
     "LogprobSettings",
     "ModelPrice",
@@ -155,6 +156,15 @@ class LimitsSettings(BaseModel):
     """Requests waiting for an engine, per engine and process; beyond it the answer is 503."""
 
 
+class LearningSettings(BaseModel):
+    """How a running service picks up what tasks with ``learn:`` learned (docs/learning.md)."""
+
+    poll_s: float = Field(default=5.0, gt=0)
+    """How often each replica reads the learned examples from the database."""
+    max_wait_s: float = Field(default=60.0, gt=0)
+    """A change smaller than the task's ``retrain_after`` is trained on at the latest after this long."""
+
+
 class ServerSettings(BaseModel):
     """How the HTTP server protects its connections (``fastslow serve``)."""
 
@@ -196,6 +206,7 @@ class Settings(BaseSettings):
     """Largest HTTP request body the API accepts (after decompression)."""
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
+    learning: LearningSettings = Field(default_factory=LearningSettings)
     rate_limit_per_minute: int = 600
     """Requests per API key per minute (counted in the database, shared by replicas); 0: no limit."""
 

@@ -21,6 +21,7 @@ __all__ = [
     "ClassifyTask",
     "Egress",
     "Examples",
+    "Learn",
     "OpenEnded",
     "PolicySet",
     "QuestionRole",
@@ -42,6 +43,23 @@ class Egress:
 
     local_only: bool = False
     """Escalate only to allow-listed self-hosted base URLs; otherwise fail closed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Learn:
+    """Learning from escalations (``learn:`` in a task): what System 2 answered, or an outcome
+    recorded, becomes a labelled example for the task's example-trained engine (docs/learning.md)."""
+
+    sources: frozenset[Literal["system2", "outcomes"]] = frozenset({"system2", "outcomes"})
+    """``system2``: System 2's answers to escalated questions; ``outcomes``: labels recorded for decisions."""
+    max_examples: int = 1000
+    """At most this many learned examples per question; the oldest System-2 ones go first."""
+    max_text_chars: int = 2000
+    """Longer texts are not learned (cut, they would be another text)."""
+    retrain_after: int = 20
+    """New examples that make a retrain due; a withdrawn one makes it due at once."""
+    tenants: frozenset[str] | None = None
+    """Only these tenants' decisions teach the task (every tenant's when ``None``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +86,8 @@ class TaskCommon:
     """Share of the decisions System 1 keeps drawn into the audit sample (``Decision.audit``)."""
     fitted: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """What ``fastslow calibrate`` / ``tune`` recorded of their fits (``thresholds``, ``calibration``, ``bands``)."""
+    learn: Learn | None = None
+    """Learning from escalations, where the task opts in (route and classification tasks)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
 from pydantic import SecretStr
 
+from fastslow.api.store import DecisionStore, database_url_for
 from fastslow.router import System2Settings
 
-from fakes.api_server import SEEN_RESPONSES, api_client, new_key, running_api, test_settings
+from fakes.api_server import SEEN_RESPONSES, api_client, new_key, running_api, test_policy, test_settings
 from fakes.openai_server import openai_server, structured
 
 AMBIGUOUS = "My invoice page crashes when I log in"  # billing, technical or account: System 1 is unsure
@@ -42,3 +44,33 @@ async def test_an_unsure_route_is_settled_by_system_2_and_can_be_judged(tmp_path
     assert judged.status_code == 201 and judged.json()["system2_correct"] is True
     assert 'fastslow_escalations_total{result="system2",task="support"} 1.0' in metrics.text
     assert not any(b"CANARY-THOUGHT" in r.body for r in SEEN_RESPONSES.responses[seen_before:])
+
+
+async def test_a_learning_task_learns_system_2s_answer_and_an_outcome_relabels_it(tmp_path: Path) -> None:
+    policy = yaml.safe_load(test_policy(tmp_path).read_text(encoding="utf-8"))
+    policy["tasks"]["support"].update(store_state=True, learn={"retrain_after": 1})
+    path = tmp_path / "learning.yaml"
+    path.write_text(yaml.safe_dump(policy, sort_keys=False), encoding="utf-8")
+    with openai_server(respond=lambda _body: structured({"answer": "technical"})) as (url, _server):
+        system2 = System2Settings(openai_api_key=SecretStr("sk-test"), openai_base_url=url)
+        settings = test_settings(tmp_path, system2=system2, policy_file=path)
+        with running_api(settings) as api:
+            key = await new_key(settings, "acme")
+            async with api_client(api.url, key) as client:
+                routed = await client.post(
+                    "/v1/route", json={"task": "support", "messages": [{"role": "user", "content": AMBIGUOUS}]}
+                )
+                decision = routed.json()["decision"]
+                store = await DecisionStore.open(database_url_for(settings))
+                try:
+                    learned = await store.learned.list()
+                    relabelled = await client.post(f"/v1/decisions/{decision['id']}/outcome", json={"label": "billing"})
+                    after = await store.learned.list(withdrawn=True)
+                finally:
+                    await store.aclose()
+                metrics = await client.get("/metrics")
+    assert decision["system"] == 2 and decision["examples_version"] == ""
+    assert [(e.text, e.option, e.source) for e in learned] == [(AMBIGUOUS, "technical", "system2")]
+    assert relabelled.status_code == 201, relabelled.text
+    assert [(e.option, e.source, e.retracted_at) for e in after] == [("billing", "outcome", None)]
+    assert 'fastslow_learned_examples_total{result="added",task="support"} 2.0' in metrics.text

@@ -86,7 +86,10 @@ def test_the_tuning_quick_mode_tunes_then_judges_on_the_test_split(shared_data: 
     done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=900, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
-    assert set(results["sets"]) == {"clinc", "banking"}
+    assert set(results["sets"]) == {"clinc", "banking", "xstest"}
+    xstest = results["sets"].pop("xstest")
+    assert [f["false_deny_bound"] <= 0.02 for f in xstest["fits"]] == [True]  # one rotation in --quick
+    assert xstest["test"]["safe_denied"]["n"] > 0 and xstest["test"]["unsafe_caught"]["n"] > 0
     for entry in results["sets"].values():
         assert entry["held_out_promise"]["lower_bound"] >= results["target"] == 0.8
         tuned, shipped = entry["tuned"], entry["shipped"]
@@ -94,6 +97,31 @@ def test_the_tuning_quick_mode_tunes_then_judges_on_the_test_split(shared_data: 
         assert 0.5 <= tuned["min_confidence"] <= 0.999 and shipped["min_confidence"] == 0.7
         assert 0.0 < tuned["kept"] <= 1.0 and tuned["kept_accuracy"] is not None
     assert (tmp_path / "tuning.md").read_text().startswith("## Tuned thresholds on the test split")
+
+
+@pytest.mark.data
+@pytest.mark.slow
+def test_the_learning_simulation_escalates_less_as_system_1_learns(shared_data: Path, tmp_path: Path) -> None:
+    command = [
+        sys.executable,
+        str(BENCH / "learning.py"),
+        "--quick",
+        "--data",
+        str(shared_data),
+        "--work",
+        str(tmp_path),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    first, *_, last = results["points"]
+    assert (first["requests"], first["learned"], first["examples_version"]) == (0, 0, "")
+    assert last["learned"] > 0 and last["examples_version"].startswith(f"{last['learned']}-")
+    assert results["retrains"] >= 1
+    assert last["held_out"]["escalated"] < first["held_out"]["escalated"]
+    assert results["escalation_falls"] and results["target_met_everywhere"]
+    assert (tmp_path / "learning.md").read_text().startswith("## Learning from escalations")
+    assert (tmp_path / "learning.png").stat().st_size > 0
 
 
 @pytest.mark.slow

@@ -96,7 +96,7 @@ def test_a_fitted_temperature_lowers_held_out_ece_of_overconfident_answers() -> 
 
 
 def test_per_question_temperatures_reach_the_router() -> None:
-    calibration = Calibration(temperature=2.0, questions={"sharp": 0.5})
+    calibration = Calibration(temperature=2.0, questions={"sharp": Calibration(temperature=0.5)})
     probs = {"yes": 0.8, "no": 0.2}
     assert calibrate(probs, calibration.for_question("other"))["yes"] < 0.8
     assert calibrate(probs, calibration.for_question("sharp"))["yes"] > 0.8

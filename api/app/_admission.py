@@ -39,6 +39,8 @@ class _GatedEngine:
         self._gate = gate
         self.name = inner.name
         self.limits: EngineLimits = inner.limits
+        # The learned examples' versions the router records with each decision (``Decision.examples_version``).
+        self.examples_versions: Mapping[str, str] = getattr(inner, "examples_versions", None) or {}
 
     async def decide(
         self,

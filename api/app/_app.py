@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from fastslow.api._compose import build_runtime
+from fastslow.api._learning import Learner
 from fastslow.api.store import DecisionStore, database_url_for
 from fastslow.router import Settings, get_settings
 
@@ -59,6 +60,17 @@ def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
             limiter = RateLimiter(decisions.engine, limit)
             await stack.enter_async_context(runtime.store.watching(interval_s=POLICY_WATCH_INTERVAL_S))
             engines = GatedEngines(runtime.engines, settings.limits, default=settings.engine)
+            learner = Learner(
+                decisions,
+                runtime.engines,
+                lambda: runtime.store.current,
+                max_wait_s=settings.learning.max_wait_s,
+                observe=lambda task, result: metrics.learned.labels(task=task, result=result).inc(),
+                on_retrain=metrics.retrains.inc,
+            )
+            # Trained on what was learned before this replica started, before it takes requests.
+            await learner.refresh(force=True)
+            await stack.enter_async_context(learner.running(poll_s=settings.learning.poll_s))
             services = Services(
                 settings=settings,
                 runtime=runtime,
@@ -66,6 +78,7 @@ def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
                 metrics=metrics,
                 limiter=limiter,
                 engines=engines,
+                learner=learner,
             )
             log.info("fastslow API ready: policy %s, engine %s", runtime.store.version, settings.engine)
             yield {"services": services}

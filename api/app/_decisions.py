@@ -6,6 +6,7 @@ learns nothing about other tenants.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Annotated
 
@@ -20,6 +21,8 @@ from ._schemas import OutcomeOut, OutcomeRequest, StoredDecisionOut
 from .deps import CallerDep, ServicesDep
 
 __all__ = ["router"]
+
+log = logging.getLogger("fastslow.api")
 
 router = APIRouter(prefix="/v1/decisions", tags=["decisions"], route_class=StrictJsonRoute)
 
@@ -92,4 +95,10 @@ async def record_outcome(
         raise StoreUnavailable() from exc
     if outcome is None:
         raise _not_found(decision_id)
+    try:
+        await services.learner.on_outcome(decision, outcome)
+    except (SQLAlchemyError, OSError):
+        # The outcome is committed, and what it teaches can be learned again by a refit; a failure
+        # here must not tell the client it was lost.
+        log.exception("learning from the outcome of decision %s failed", decision_id)
     return OutcomeOut.of(outcome)

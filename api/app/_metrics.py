@@ -57,6 +57,17 @@ class ApiMetrics:
         self.rate_limited = Counter(
             "fastslow_rate_limited_requests", "Requests refused with 429.", registry=self.registry
         )
+        self.learned = Counter(
+            "fastslow_learned_examples",
+            "Examples offered to learning tasks, by what became of them (added, duplicate, refused, ...).",
+            ["task", "result"],
+            registry=self.registry,
+        )
+        self.retrains = Counter(
+            "fastslow_learning_retrains",
+            "Engines retrained on learned examples by this replica.",
+            registry=self.registry,
+        )
 
     def observe_decisions(self, decisions: list[Decision], *, engine: str) -> None:
         """Count one request's decisions; ``engine`` names the engine when a failed call did not say."""

@@ -146,6 +146,10 @@ class DecisionOut(BaseModel):
     audit: bool = Field(
         default=False, description="Drawn into the task's audit sample: System 1 kept it; please record its outcome."
     )
+    examples_version: str = Field(
+        default="",
+        description="The learned examples System 1 was trained with for this task (count-hash); empty when none.",
+    )
 
     @classmethod
     def of(cls, decision: Decision | StoredDecision) -> DecisionOut:

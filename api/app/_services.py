@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from sqlalchemy.exc import SQLAlchemyError
 
 from fastslow.api._compose import Runtime
+from fastslow.api._learning import Learner
 from fastslow.api.store import DecisionStore
 from fastslow.router import Decision, DecisionSink, Router, Settings, State
 
@@ -50,6 +51,8 @@ class Services:
     limiter: RateLimiter
     engines: GatedEngines
     """The runtime's engines behind their admission gates: what every request decides with."""
+    learner: Learner
+    """Learning from escalations: System 2's answers and outcomes become examples (``learn:`` tasks)."""
 
     def router_for(self, tenant: str) -> Router:
         """The router recording into ``tenant``'s decision log; state is kept where the task's policy says."""
@@ -60,7 +63,8 @@ class Services:
             found = router.policy.tasks.get(task)
             return bool(found is not None and found.store_state)
 
-        return router.with_sink(_CommittedSink(self.decisions.sink(tenant, store_state=keeps_state)))
+        committed = _CommittedSink(self.decisions.sink(tenant, store_state=keeps_state))
+        return router.with_sink(self.learner.sink(committed, tenant=tenant))
 
     async def key_revoked(self, key: str) -> bool:
         """Whether ``key`` is one of ours that was revoked (so the answer is 403, not 401)."""

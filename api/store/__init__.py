@@ -7,6 +7,7 @@ See ``docs/store.md`` for the tables, the durability promise and how keys are ke
 """
 
 from ._engine import database_url_for, upgrade
+from ._learned import LearnedExample, LearnedExamples, LearnOutcome, LearnSource
 from ._models import RateWindowRow
 from ._store import DecisionStore
 from ._values import ApiKey, StoredDecision, StoredOutcome
@@ -14,6 +15,10 @@ from ._values import ApiKey, StoredDecision, StoredOutcome
 __all__ = [
     "ApiKey",
     "DecisionStore",
+    "LearnOutcome",
+    "LearnSource",
+    "LearnedExample",
+    "LearnedExamples",
     "RateWindowRow",
     "StoredDecision",
     "StoredOutcome",

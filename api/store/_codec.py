@@ -132,6 +132,7 @@ def decision_row(
         "created_at": created_at,
         "audit": bool(decision.audit),
         "audit_rate": float(decision.audit_rate) if decision.audit_rate else None,
+        "examples_version": decision.examples_version or None,
     }
     return {k: clean(v) if isinstance(v, str) else v for k, v in row.items()}
 
@@ -171,6 +172,7 @@ def stored_decision(row: DecisionRow, answers: Mapping[str, float]) -> StoredDec
         answers=distribution,
         audit=bool(row.audit),
         audit_rate=row.audit_rate or 0.0,
+        examples_version=row.examples_version or "",
     )
 
 

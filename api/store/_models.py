@@ -24,11 +24,21 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    UniqueConstraint,
     false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["AnswerRow", "ApiKeyRow", "Base", "DecisionRow", "OutcomeRow", "RateWindowRow", "UTCDateTime"]
+__all__ = [
+    "AnswerRow",
+    "ApiKeyRow",
+    "Base",
+    "DecisionRow",
+    "LearnedExampleRow",
+    "OutcomeRow",
+    "RateWindowRow",
+    "UTCDateTime",
+]
 
 # Named constraints, so that later migrations can alter them by name on every backend.
 NAMING_CONVENTION = {
@@ -100,6 +110,8 @@ class DecisionRow(Base):
     """Drawn into its task's audit sample (``Decision.audit``)."""
     audit_rate: Mapped[float | None] = mapped_column(Double)
     """The task's audit rate when it was decided: an audited outcome weighs ``1 / audit_rate``."""
+    examples_version: Mapped[str | None] = mapped_column(String(40))
+    """The learned examples System 1 was trained with for the task (``Decision.examples_version``)."""
 
 
 class AnswerRow(Base):
@@ -150,3 +162,36 @@ class RateWindowRow(Base):
     key_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     window_start: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     hits: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class LearnedExampleRow(Base):
+    """A labelled example a task learned from an escalation or an outcome (``fastslow.api.learning``).
+
+    One row per task, question and text (the text's sha256): a text learned again is the same row,
+    relabelled or left as it is. A withdrawn example keeps its row, with when and why, so that it is
+    not learned again from the same wrong answer.
+    """
+
+    __tablename__ = "learned_examples"
+    __table_args__ = (
+        UniqueConstraint("task", "question", "text_hash", name="uq_learned_examples_task_question_text_hash"),
+        Index("ix_learned_examples_task_retracted_at", "task", "retracted_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    task: Mapped[str] = mapped_column(String)
+    question: Mapped[str] = mapped_column(String)
+    """The question's name as engines are asked it: the task's name, or ``task.question``."""
+    option: Mapped[str] = mapped_column(String)
+    text: Mapped[str] = mapped_column(Text)
+    text_hash: Mapped[str] = mapped_column(String(64))
+    source: Mapped[str] = mapped_column(String(16))
+    """``system2`` (an escalated question's answer) or ``outcome`` (a recorded label)."""
+    decision_id: Mapped[str | None] = mapped_column(
+        ForeignKey("decisions.id", ondelete="SET NULL"), index=True, nullable=True
+    )
+    tenant: Mapped[str] = mapped_column(String)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    retracted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    retracted_why: Mapped[str | None] = mapped_column(Text)

@@ -33,6 +33,7 @@ from ._codec import (
     stored_outcome,
 )
 from ._engine import create_store_engine, upgrade
+from ._learned import LearnedExamples
 from ._models import AnswerRow, ApiKeyRow, DecisionRow, OutcomeRow
 from ._values import ApiKey, StoredDecision, StoredOutcome
 
@@ -58,6 +59,8 @@ class DecisionStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        self.learned = LearnedExamples(self._sessions, engine.dialect.name)
+        """What tasks learned from escalations and outcomes (``fastslow.api.learning``)."""
 
     @classmethod
     async def open(cls, url: str, *, migrate: bool = True) -> DecisionStore:

@@ -47,6 +47,8 @@ class StoredDecision:
     """Drawn into its task's audit sample: System 1 kept it, and it should be labelled."""
     audit_rate: float = 0.0
     """The task's audit rate when it was decided."""
+    examples_version: str = ""
+    """The learned examples System 1 was trained with (``Decision.examples_version``)."""
 
     def to_decision(self) -> Decision:
         """The router's ``Decision`` this was recorded from (thoughts, if any, stay stripped)."""
@@ -70,6 +72,7 @@ class StoredDecision:
             cost_usd=self.cost_usd,
             audit=self.audit,
             audit_rate=self.audit_rate,
+            examples_version=self.examples_version,
         )
 
 

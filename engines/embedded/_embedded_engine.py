@@ -75,6 +75,7 @@ class EmbeddedEngine:
     ) -> None:
         self.sparrow = sparrow
         self.examples = examples
+        self.examples_versions: Mapping[str, str] = examples.examples_versions if examples is not None else {}
         self.embedder = embedder if embedder is not None else (examples.embedder if examples else None)
         self._cache = cache if cache is not None else EmbeddingCache()
         self._temperature = SIMILARITY_TEMPERATURE.get(self.embedder.name) if self.embedder else None

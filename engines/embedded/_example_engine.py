@@ -87,6 +87,8 @@ class ExampleEngine:
         head: HeadKind = "adapted",
     ) -> None:
         self.examples = examples
+        self.examples_versions: Mapping[str, str] = examples.versions
+        """Task -> the learned examples' version this engine was trained with (decisions record it)."""
         self.embedder = embedder
         self.model = f"{embedder.name}+head"
         self._cache = cache if cache is not None else EmbeddingCache()

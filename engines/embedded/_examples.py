@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -64,6 +64,8 @@ class ExampleSet:
 
     questions: Mapping[str, QuestionExamples]
     source: str | None = None
+    versions: Mapping[str, str] = field(default_factory=dict)
+    """Task -> the version of the learned examples merged in (``fastslow.engines.LearnedSet``)."""
 
 
 def _flag(value: object) -> object:

@@ -1,8 +1,10 @@
 """Writing fitted numbers back into a policy file without touching anything else.
 
 Edits are made in the file's text, at the positions the YAML parser reports for each node: a
-value that exists is replaced where it stands; a key that is missing is added on new lines at the
-end of its mapping, at that mapping's indentation. Every other byte (comments, key order, quoting,
+value that exists is replaced where it stands (a value whose shape changes, a list or a mapping
+where a flow mapping or a null was, is rewritten from its key's line to its end); a key that is
+missing is added on new lines at the end of its mapping, at that mapping's indentation; a key that
+is removed takes its lines with it. Every other byte (comments, key order, quoting,
 blank lines, long lines however they were folded) stays as it was, which a round trip through a
 YAML library does not promise: ruamel.yaml re-folds long plain scalars by its own rule and so
 rewrote 35 lines of a policy fragment ``fastslow data convert`` itself writes. The edited text is
@@ -57,8 +59,19 @@ def _scalar(value: Any) -> str:
     return text if plain == text and text.strip() == text and text else json.dumps(text, ensure_ascii=False)
 
 
+def _flow(value: Any) -> str:
+    """A scalar, or a list of them (nested lists too), as one line of YAML: ``[0.31, 0.2]``."""
+    if isinstance(value, (list, tuple)):
+        return f"[{', '.join(_flow(v) for v in value)}]"
+    return _scalar(value)
+
+
 def _block(value: Mapping[str, Any], indent: int) -> str:
-    """``value`` as block-style lines at ``indent`` spaces, ending with a newline."""
+    """``value`` as block-style lines at ``indent`` spaces, ending with a newline.
+
+    A list of lists (an isotonic map's points) takes one line an item, ``- [x, y]``; another list is
+    written on one line.
+    """
     lines: list[str] = []
     pad = " " * indent
     for key, item in value.items():
@@ -67,8 +80,10 @@ def _block(value: Mapping[str, Any], indent: int) -> str:
                 lines.append(f"{pad}{_scalar(key)}:\n" + _block(item, indent + 2))
             else:
                 lines.append(f"{pad}{_scalar(key)}: {{}}\n")
+        elif isinstance(item, (list, tuple)) and item and all(isinstance(v, (list, tuple)) for v in item):
+            lines.append(f"{pad}{_scalar(key)}:\n" + "".join(f"{pad}  - {_flow(v)}\n" for v in item))
         elif isinstance(item, (list, tuple)):
-            lines.append(f"{pad}{_scalar(key)}: [{', '.join(_scalar(v) for v in item)}]\n")
+            lines.append(f"{pad}{_scalar(key)}: {_flow(item)}\n")
         else:
             lines.append(f"{pad}{_scalar(key)}: {_scalar(item)}\n")
     return "".join(lines)
@@ -150,7 +165,7 @@ class PolicyEditor:
         return task
 
     def set(self, keys: Sequence[str], value: Any) -> None:
-        """Set ``data[k0][k1]...`` to ``value`` (a scalar or a mapping); what is missing is added."""
+        """Set ``data[k0][k1]...`` to ``value`` (a scalar, a list or a mapping); what is missing is added."""
         node: yaml.Node = self._root
         for i, key in enumerate(keys):
             at = list(keys[: i + 1])
@@ -164,9 +179,55 @@ class PolicyEditor:
                 self._add(node, key, nested, at)
                 return
             if i == len(keys) - 1:
-                self._replace(child, value, at)
+                block = isinstance(child, yaml.MappingNode) and bool(child.value) and not child.flow_style
+                if isinstance(value, (list, tuple)) or (isinstance(value, Mapping) and not block):
+                    self._rewrite_pair(key, value, at)
+                else:
+                    self._replace(child, value, at)
                 return
             node = child
+
+    def _pair(self, keys: Sequence[str]) -> tuple[yaml.Node, yaml.Node, int] | None:
+        """The key and value nodes of ``keys``, and where the key's line starts; ``None`` if it is absent."""
+        parent = self.get(keys[:-1])
+        if not isinstance(parent, yaml.MappingNode):
+            return None
+        pair = next((kv for kv in parent.value if isinstance(kv[0], yaml.ScalarNode) and kv[0].value == keys[-1]), None)
+        if pair is None:
+            return None
+        key_node, value_node = pair
+        start = int(key_node.start_mark.index) - int(key_node.start_mark.column)
+        if parent.flow_style or self._text[start : key_node.start_mark.index].strip():
+            raise self._error(f"{'.'.join(keys)} does not start its own line: cannot rewrite it", keys, key_node)
+        return key_node, value_node, start
+
+    def _rewrite_pair(self, key: str, value: Any, keys: Sequence[str]) -> None:
+        # From the key's line to the end of its value; what follows on that line (a comment) stays.
+        found = self._pair(keys)
+        assert found is not None, "set() found the key"
+        key_node, value_node, start = found
+        end = max(_end(value_node), int(key_node.end_mark.index) + 1)
+        text = _block({key: value}, int(key_node.start_mark.column)).removesuffix("\n")
+        self._apply(_Edit(start, end, text))
+
+    def remove(self, keys: Sequence[str]) -> bool:
+        """Take ``data[k0][k1]...`` out, every line of its value with it; ``False`` when it is not there.
+
+        Raises:
+            ConfigError: it is the only key of its mapping (which would be left empty), or it does
+                not start its own line.
+        """
+        found = self._pair(keys)
+        if found is None:
+            return False
+        key_node, value_node, start = found
+        parent = self.get(keys[:-1])
+        if isinstance(parent, yaml.MappingNode) and len(parent.value) == 1:
+            raise self._error(f"{'.'.join(keys)} is the only key of its mapping: cannot remove it", keys, key_node)
+        end = max(_end(value_node), int(key_node.end_mark.index) + 1)
+        newline = self._text.find("\n", end - 1 if self._text[end - 1 : end] == "\n" else end)
+        self._apply(_Edit(start, len(self._text) if newline < 0 else newline + 1, ""))
+        return True
 
     def _add(self, parent: yaml.MappingNode, key: str, value: Any, keys: Sequence[str]) -> None:
         if parent.flow_style or not parent.value:
