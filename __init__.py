@@ -42,6 +42,7 @@ if TYPE_CHECKING:
         classify_node,
         get_settings,
         policy_gate_node,
+        route_edge,
         router_node,
     )
 
@@ -61,6 +62,7 @@ __all__ = [
     "classify_node",
     "get_settings",
     "policy_gate_node",
+    "route_edge",
     "router_node",
 ]
 

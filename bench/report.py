@@ -500,6 +500,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         page += "\n" + args.tuning_from.read_text(encoding="utf-8")
     if args.learning_from is not None:
         page += "\n" + learning_section(args.learning_from, plots_dir)
+    for section in args.append:
+        # Other benches' sections as they wrote them (bench/overhead.py, bench/coalesce.py).
+        page += "\n" + section.read_text(encoding="utf-8")
     (docs / "benchmarks.md").write_text(page, encoding="utf-8")
 
     def brief(m: dict[str, Any]) -> dict[str, Any]:
@@ -563,6 +566,14 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         metavar="TUNING_MD",
         help="append this bench/tuning.py section (its tuning.md) to the page",
+    )
+    parser.add_argument(
+        "--append",
+        type=Path,
+        nargs="*",
+        default=[],
+        metavar="MD",
+        help="append these sections as they are (bench/out/overhead/overhead.md, bench/out/coalesce/coalesce.md)",
     )
     parser.add_argument(
         "--learning-from",

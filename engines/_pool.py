@@ -2,7 +2,9 @@
 
 Engines that learn from examples (the embedded engines) are trained on the policy file's examples
 merged with the examples file from settings, and share one set of loaded models; network engines
-are built once and shared.
+are built once and shared. Each engine is wrapped once in a ``CoalescingEngine`` (unless
+``Settings.coalesce.enabled`` is off), so concurrent calls about one state from every caller of the
+pool share engine calls.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from fastslow.router import EngineName, PolicySet, Settings
-from fastslow.router.engine_api import DecisionEngine
+from fastslow.router.engine_api import CoalescingEngine, DecisionEngine
 
 from ._learned import LearnedSet
 from ._registry import LEARNS_FROM_EXAMPLES, EngineBuild, _factory, examples_for
@@ -74,6 +76,8 @@ class EnginePool:
             if engine is None:
                 engine = self._build(engine_name, policy, learned)
                 self._engines[key] = engine
+        if isinstance(engine, CoalescingEngine):
+            return engine.for_policy(policy.version)
         return engine
 
     def _key(self, name: EngineName, policy: PolicySet, learned: LearnedSet) -> tuple[EngineName, str, str]:
@@ -84,7 +88,7 @@ class EnginePool:
     def _build(self, name: EngineName, policy: PolicySet, learned: LearnedSet) -> DecisionEngine:
         factory = _factory(name)
         if name not in LEARNS_FROM_EXAMPLES:
-            return factory(EngineBuild(settings=self._settings))
+            return self._coalesced(factory(EngineBuild(settings=self._settings)))
         examples = examples_for(self._settings, policy, learned)
         engine = factory(EngineBuild(settings=self._settings, examples=examples, models=self._shared_models()))
         log.info(
@@ -94,7 +98,11 @@ class EnginePool:
             len(examples.questions) if examples is not None else 0,
             learned.key or "empty",
         )
-        return engine
+        return self._coalesced(engine)
+
+    def _coalesced(self, engine: DecisionEngine) -> DecisionEngine:
+        settings = self._settings.coalesce
+        return CoalescingEngine(engine, settings) if settings.enabled else engine
 
     def _shared_models(self) -> EmbeddedModels:
         if self._models is None:

@@ -50,10 +50,11 @@ from ._errors import (
     FastslowError,
     InvalidRequest,
 )
-from ._nodes import classify_node, policy_gate_node, router_node
+from ._nodes import classify_node, policy_gate_node, route_edge, router_node
 from ._questions import Choice, Image, Noul, Question, QuestionKind, Score, State
 from ._router import ChatSource, CheckResult, DecisionSink, EngineSource, Incumbent, Router
 from ._settings import (
+    CoalesceSettings,
     EmbeddedSettings,
     EngineName,
     JevProfileName,
@@ -65,6 +66,7 @@ from ._settings import (
     OpenAIDecisionsSettings,
     ServerSettings,
     Settings,
+    StoreSettings,
     System2Settings,
     get_settings,
 )
@@ -95,6 +97,7 @@ __all__ = [
     "CheckTask",
     "Choice",
     "ClassifyTask",
+    "CoalesceSettings",
     "ConfidenceMap",
     "ConfigError",
     "Decision",
@@ -145,6 +148,7 @@ __all__ = [
     "Signals",
     "State",
     "Sticky",
+    "StoreSettings",
     "System",
     "System2Settings",
     "Task",
@@ -164,5 +168,6 @@ __all__ = [
     "get_settings",
     "policy_gate_node",
     "request_scope",
+    "route_edge",
     "router_node",
 ]

@@ -167,30 +167,69 @@ def decide_answer(
     policy_version: str = "",
 ) -> Decision:
     """Keep a routing or classification answer, or say why it must be escalated."""
-    base = Decision(task=task, question=task, outcome=None, system=1, reason="confident", policy_version=policy_version)
+    # One Decision per call, built once: this runs on every routing step, and each replace() is a
+    # full re-construction of a 20-field dataclass.
     if isinstance(answer, EngineFailure):
-        reason: Reason = "timeout" if answer.timeout else "engine_error"
-        return replace(base, reason=reason, escalate=True, detail=answer.message)
-    base = replace(
-        base, question=answer.question, engine=answer.engine, model=answer.model, latency_ms=answer.latency_ms
-    )
+        return Decision(
+            task=task,
+            question=task,
+            outcome=None,
+            system=1,
+            reason="timeout" if answer.timeout else "engine_error",
+            escalate=True,
+            detail=answer.message,
+            policy_version=policy_version,
+        )
     if isinstance(answer, NoAnswer):
-        return replace(base, reason="no_answer", escalate=True, detail=answer.reason)
+        return Decision(
+            task=task,
+            question=answer.question,
+            outcome=None,
+            system=1,
+            reason="no_answer",
+            escalate=True,
+            detail=answer.reason,
+            policy_version=policy_version,
+            engine=answer.engine,
+            model=answer.model,
+            latency_ms=answer.latency_ms,
+        )
     probs = calibrate(answer.probabilities, calibration)
     ranked = sorted(probs.values(), reverse=True)
     top = max(probs, key=lambda k: probs[k])
     confidence, margin = ranked[0], ranked[0] - ranked[1]
-    base = replace(base, probabilities=probs, confidence=confidence)
-    if none_option is not None and top == none_option:
-        return replace(base, reason="none_of_these", escalate=True, threshold=thresholds.min_confidence)
-    weak = _weak_signal(answer, thresholds)
-    if weak is not None:
-        return replace(base, reason="weak_signal", escalate=True, detail=weak)
-    if confidence < thresholds.min_confidence:
-        return replace(base, reason="low_confidence", escalate=True, threshold=thresholds.min_confidence)
-    if margin < thresholds.min_margin:
-        return replace(base, reason="small_margin", escalate=True, threshold=thresholds.min_margin)
-    return replace(base, outcome=top, threshold=thresholds.min_confidence)
+    outcome: str | None = None
+    threshold = thresholds.min_confidence
+    detail = ""
+    reason: Reason
+    none_of_these = none_option is not None and top == none_option
+    weak = None if none_of_these else _weak_signal(answer, thresholds)
+    if none_of_these:
+        reason = "none_of_these"
+    elif weak is not None:
+        reason, threshold, detail = "weak_signal", 0.0, weak
+    elif confidence < thresholds.min_confidence:
+        reason = "low_confidence"
+    elif margin < thresholds.min_margin:
+        reason, threshold = "small_margin", thresholds.min_margin
+    else:
+        reason, outcome = "confident", top
+    return Decision(
+        task=task,
+        question=answer.question,
+        outcome=outcome,
+        system=1,
+        reason=reason,
+        escalate=outcome is None,
+        confidence=confidence,
+        threshold=threshold,
+        probabilities=probs,
+        policy_version=policy_version,
+        engine=answer.engine,
+        model=answer.model,
+        latency_ms=answer.latency_ms,
+        detail=detail,
+    )
 
 
 def decide_check(

@@ -1,8 +1,14 @@
-"""LangGraph nodes: the router, the policy gate in front of a ``ToolNode``, and classify.
+"""LangGraph nodes: the router, the policy gate in front of a ``ToolNode``, and classify; the router edge.
 
 Each factory returns a runnable that works under ``invoke`` and ``ainvoke``. Async is the real
 path; the sync path runs the same coroutine on a private event loop thread, while anything that
 needs LangGraph's run context (``interrupt``) stays in the calling thread.
+
+They are bare ``Runnable`` subclasses, which LangGraph runs as they are: a plain function would be
+wrapped in a ``RunnableCallable`` with one path only (an async function has no sync path, a sync
+one runs in an executor under ``ainvoke``), and a ``RunnableLambda`` inspects the function's
+signature and opens a callback run on every call. The node's own run (LangGraph's, named after the
+node) is still traced.
 """
 
 from __future__ import annotations
@@ -12,20 +18,21 @@ import json
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, ToolMessage
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.types import Command, Send, interrupt
 
 from ._chat import ToolCall
 from ._decisions import Decision
+from ._errors import ConfigError
 from ._router import CheckResult, Incumbent, Router
 
-__all__ = ["classify_node", "decision_record", "policy_gate_node", "router_node"]
+__all__ = ["classify_node", "decision_record", "policy_gate_node", "route_edge", "router_node"]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class _LoopThread:
@@ -47,23 +54,50 @@ class _LoopThread:
 
 def decision_record(decision: Decision) -> dict[str, Any]:
     """A decision as plain JSON-able data, fit for graph state and checkpoints."""
-    record = asdict(decision)
-    record["probabilities"] = dict(decision.probabilities)
-    return record
+    # Field by field, not dataclasses.asdict: that deep-copies every value, on every routing step.
+    # Every field is a scalar but the distribution, which is copied to a plain dict once.
+    return {
+        "task": decision.task,
+        "question": decision.question,
+        "outcome": decision.outcome,
+        "system": decision.system,
+        "reason": decision.reason,
+        "escalate": decision.escalate,
+        "confidence": decision.confidence,
+        "threshold": decision.threshold,
+        "probabilities": dict(decision.probabilities),
+        "verdict": decision.verdict,
+        "policy_version": decision.policy_version,
+        "engine": decision.engine,
+        "model": decision.model,
+        "latency_ms": decision.latency_ms,
+        "detail": decision.detail,
+        "cost_usd": decision.cost_usd,
+        "id": decision.id,
+        "audit": decision.audit,
+        "audit_rate": decision.audit_rate,
+        "examples_version": decision.examples_version,
+    }
 
 
-def _dual(
-    afunc: Callable[[Any], Awaitable[Any]], finish: Callable[[Any, Any], Any], name: str
-) -> RunnableLambda[Any, Any]:
-    """A runnable whose async path awaits ``afunc`` and whose sync path runs it on the loop thread."""
+class _Dual(Runnable[Any, Any], Generic[R]):
+    """A runnable whose async path awaits ``afunc`` and whose sync path runs it on the loop thread.
 
-    async def run_async(state: Any) -> Any:
-        return finish(state, await afunc(state))
+    ``finish`` runs in the caller's thread and task either way, so it may call ``interrupt()``.
+    """
 
-    def run_sync(state: Any) -> Any:
-        return finish(state, _LoopThread.run(afunc(state)))  # type: ignore[arg-type]
+    def __init__(self, afunc: Callable[[Any], Coroutine[Any, Any, R]], finish: Callable[[Any, R], Any], name: str):
+        self.name = name
+        self._afunc = afunc
+        self._finish = finish
 
-    return RunnableLambda(run_sync, afunc=run_async, name=name)
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        del config, kwargs
+        return self._finish(input, _LoopThread.run(self._afunc(input)))
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        del config, kwargs
+        return self._finish(input, await self._afunc(input))
 
 
 def _get(state: Any, key: str, default: Any = None) -> Any:
@@ -86,6 +120,16 @@ def _bind(incumbent: GraphIncumbent | None, state: Any) -> Incumbent | None:
     return ask
 
 
+def _decider(
+    router: Router, task: str, messages_key: str, route_key: str, incumbent: GraphIncumbent | None
+) -> Callable[[Any], Coroutine[Any, Any, Decision]]:
+    async def decide(state: Any) -> Decision:
+        messages: Sequence[BaseMessage] = _get(state, messages_key, [])
+        return await router.route(task, messages, previous=_get(state, route_key), incumbent=_bind(incumbent, state))
+
+    return decide
+
+
 def router_node(
     router: Router,
     task: str,
@@ -96,7 +140,7 @@ def router_node(
     route_key: str = "route",
     decision_key: str = "decision",
     incumbent: GraphIncumbent | None = None,
-) -> RunnableLambda[Any, Any]:
+) -> Runnable[Any, Any]:
     """Route the latest user turn: returns ``Command(goto=<node>)`` and writes the decision to state.
 
     Args:
@@ -109,16 +153,51 @@ def router_node(
     """
     mapping = dict(routes or {})
 
-    async def decide(state: Any) -> Decision:
-        messages: Sequence[BaseMessage] = _get(state, messages_key, [])
-        return await router.route(task, messages, previous=_get(state, route_key), incumbent=_bind(incumbent, state))
-
     def finish(state: Any, decision: Decision) -> Command[Any]:
         del state
         goto = escalate_to if decision.outcome is None else mapping.get(decision.outcome, decision.outcome)
         return Command(goto=goto, update={route_key: decision.outcome, decision_key: decision_record(decision)})
 
-    return _dual(decide, finish, f"router:{task}")
+    return _Dual(_decider(router, task, messages_key, route_key, incumbent), finish, f"router:{task}")
+
+
+def route_edge(
+    router: Router,
+    task: str,
+    *,
+    routes: Mapping[str, str] | None = None,
+    escalate_to: str = "frontier",
+    messages_key: str = "messages",
+    route_key: str = "route",
+    decision_key: str = "decision",
+    incumbent: GraphIncumbent | None = None,
+    send: bool = False,
+) -> Runnable[Any, Any]:
+    """The routing decision as a conditional edge, without a node step of its own.
+
+    ``graph.add_conditional_edges(source, route_edge(router, task), path_map)``: it returns the node
+    to go to (``routes`` mapped, ``escalate_to`` when nobody could settle it), so ``path_map`` lists
+    those nodes. The decision is the same as ``router_node``'s (escalation, shadow mode, stickiness
+    on the previous route read from ``route_key``) and goes to the router's decision log.
+
+    An edge cannot write state. By default the decision reaches only the decision log, and
+    stickiness holds only where a node writes the route to ``route_key`` (the agent that takes the
+    conversation, say). With ``send=True`` the edge returns
+    ``Send(<node>, {**state, route_key: <route>, decision_key: <record>})`` instead: that node gets
+    the decision in its input and can write it to state; the graph state must then be a mapping.
+    Other arguments are as ``router_node``'s.
+    """
+    mapping = dict(routes or {})
+
+    def finish(state: Any, decision: Decision) -> str | Send:
+        goto = escalate_to if decision.outcome is None else mapping.get(decision.outcome, decision.outcome)
+        if not send:
+            return goto
+        if not isinstance(state, Mapping):
+            raise ConfigError(f"route_edge(send=True) needs a mapping graph state, not {type(state).__name__}")
+        return Send(goto, {**state, route_key: decision.outcome, decision_key: decision_record(decision)})
+
+    return _Dual(_decider(router, task, messages_key, route_key, incumbent), finish, f"route:{task}")
 
 
 def _pending_calls(messages: Sequence[AnyMessage]) -> list[dict[str, Any]]:
@@ -145,7 +224,7 @@ def policy_gate_node(
     agent: str = "agent",
     messages_key: str = "messages",
     decisions_key: str = "gate",
-) -> RunnableLambda[Any, Any]:
+) -> Runnable[Any, Any]:
     """Check each pending tool call of the last AI message before it runs.
 
     Deny answers the call with a refusal ``ToolMessage`` (so no tool call is left orphaned), review
@@ -199,7 +278,7 @@ def policy_gate_node(
         ]
         return Command(goto=sends, update=update)
 
-    return _dual(evaluate, finish, f"policy_gate:{task}")
+    return _Dual(evaluate, finish, f"policy_gate:{task}")
 
 
 def _approved(answer: Any) -> bool:
@@ -218,7 +297,7 @@ def classify_node(
     output_key: str = "classification",
     decisions_key: str = "classification_decisions",
     incumbent: GraphIncumbent | None = None,
-) -> RunnableLambda[Any, Any]:
+) -> Runnable[Any, Any]:
     """Answer a classification task about the latest user turn and write ``{question: answer}`` to state.
 
     ``incumbent``: as ``router_node``'s, called with the graph state and each question's name.
@@ -237,4 +316,4 @@ def classify_node(
             decisions_key: {name: decision_record(d) for name, d in decided.items()},
         }
 
-    return _dual(classify, finish, f"classify:{task}")
+    return _Dual(classify, finish, f"classify:{task}")

@@ -22,6 +22,7 @@ from pydantic_settings import (
 )
 
 __all__ = [
+    "CoalesceSettings",
     "EmbeddedSettings",
     "EngineName",
     "JevProfileName",
@@ -33,6 +34,7 @@ __all__ = [
     "OpenAIDecisionsSettings",
     "ServerSettings",
     "Settings",
+    "StoreSettings",
     "System2Settings",
     "get_settings",
 ]
@@ -165,6 +167,34 @@ class LearningSettings(BaseModel):
     """A change smaller than the task's ``retrain_after`` is trained on at the latest after this long."""
 
 
+class StoreSettings(BaseModel):
+    """The decision log's one writer per database (docs/store.md)."""
+
+    queue: int = Field(default=10_000, ge=1)
+    """Record calls waiting to be committed, per database and process; beyond it callers wait for room."""
+    batch: int = Field(default=500, ge=1)
+    """Decisions committed in one transaction at most."""
+
+
+class CoalesceSettings(BaseModel):
+    """One engine call for many questions about one state, and an optional answer cache (docs/deploy.md).
+
+    A call that finds nothing in flight for its engine is sent at once; only while a call is in
+    flight do calls about the same state wait, at most ``window_s``, to go out together.
+    """
+
+    enabled: bool = True
+    """Whether concurrent calls about the same state share engine calls."""
+    window_s: float = Field(default=0.001, ge=0.0, le=1.0)
+    """How long a call waits for others about its state, and only while its engine is busy."""
+    max_questions: int = Field(default=64, ge=1)
+    """Most questions one shared call carries (fewer when the engine takes fewer)."""
+    cache_ttl_s: float = Field(default=0.0, ge=0.0)
+    """How long answers are reused for the same engine, model, policy version, state and question; 0: no cache."""
+    cache_entries: int = Field(default=10_000, ge=1)
+    """Most answers the cache holds, per engine; the least recently used go first."""
+
+
 class ServerSettings(BaseModel):
     """How the HTTP server protects its connections (``fastslow serve``)."""
 
@@ -207,6 +237,8 @@ class Settings(BaseSettings):
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     learning: LearningSettings = Field(default_factory=LearningSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    coalesce: CoalesceSettings = Field(default_factory=CoalesceSettings)
     rate_limit_per_minute: int = 600
     """Requests per API key per minute (counted in the database, shared by replicas); 0: no limit."""
 

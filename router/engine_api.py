@@ -3,7 +3,8 @@
 A System-1 engine implements ``DecisionEngine`` (one async ``decide(state, questions)`` plus
 ``aclose()``) and answers with an ``EngineReply`` of ``fastslow.router.Answer`` /
 ``fastslow.router.NoAnswer`` values; a request beyond its ``EngineLimits`` is cut to size by
-``split_and_ask``, and ``Deadline`` carries one time budget across retries. Blocking work runs
+``split_and_ask``, and ``Deadline`` carries one time budget across retries. ``CoalescingEngine``
+sends concurrent calls about one state to an engine as one call. Blocking work runs
 through ``run_blocking`` in bounded steps that check a ``StopToken``; ``FairLock`` shares a model
 between tenants step by step. A System-2 engine
 implements ``ChatEngine``. The question, answer, setting and error types come from
@@ -15,6 +16,7 @@ User text reaches an engine only after ``neutralise``; model thoughts never leav
 
 from ._answers import EngineReply, Usage, normalise_distribution
 from ._chat import THOUGHT_TASK, ChatEngine, ChatResult, ToolOutcome, ToolRunner, ToolSpec, ToolStep
+from ._coalesce import CoalescingEngine
 from ._engine import DecisionEngine, EngineLimits
 from ._questions import (
     MAX_STATE_CHARS,
@@ -39,6 +41,7 @@ __all__ = [
     "AskFn",
     "ChatEngine",
     "ChatResult",
+    "CoalescingEngine",
     "Deadline",
     "DecisionEngine",
     "EngineLimits",

@@ -142,3 +142,41 @@ def test_the_abuse_bench_quick_mode(tmp_path: Path) -> None:
     assert all(400 <= case.get("status", 400) < 500 for case in report["malformed"].values())
     assert report["malformed"]["Content-Length and Transfer-Encoding"]["answer"].startswith("HTTP/1.1 400")
     assert report["malformed"]["over-limit Content-Length, no body"]["answer"].startswith("HTTP/1.1 413")
+
+
+@pytest.mark.slow
+def test_the_overhead_quick_mode_measures_every_form_beside_the_peers(tmp_path: Path) -> None:
+    pytest.importorskip("langgraph_jev_router", reason="needs the bench extra")
+    pytest.importorskip("langgraph_jev", reason="needs the bench extra")
+    command = [sys.executable, str(BENCH / "overhead.py"), "--quick", "--out", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    peers = ("langgraph-jev-router", "langgraph-jev")
+    for mode in ("invoke", "ainvoke"):
+        forms = report[mode]
+        assert {"fastslow node", "fastslow edge", "fastslow node + SQLite log", *peers} <= set(forms)
+        for name, figures in forms.items():
+            assert figures["n"] == report["calls"] and figures["raw_p50_ms"] > 0, (mode, name)
+            if name != "bare conditional edge":
+                assert all(f"ratio_vs_{peer}" in figures for peer in peers), (mode, name)
+        assert [forms[peer][f"ratio_vs_{peer}"] for peer in peers] == [1.0, 1.0]
+    assert report["rss"]["decisions_last"] > report["rss"]["decisions_first"] > 0
+    assert (tmp_path / "overhead.md").read_text().startswith("## Overhead per routing decision")
+
+
+@pytest.mark.slow
+def test_the_coalesce_quick_mode_sends_few_requests_for_many_callers(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "coalesce.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["engine_requests"]["bare"] == 64
+    assert 1 <= report["engine_requests"]["coalesced"] <= 4
+    assert report["lone_p50_ms"]["coalesced"] > 0 and report["lone_p50_ms"]["bare"] > 0

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import pytest
 
 from fastslow.router import Answer, Choice, Image, InvalidRequest, NoAnswer, Noul, Question, Score
-from fastslow.router.engine_api import DecisionEngine
+from fastslow.router.engine_api import CoalescingEngine, DecisionEngine
 
 from fakes.embedded import running_embedded_engine
 from fakes.jev_server import running_jev_engine
@@ -24,6 +24,14 @@ from fakes.openai_fakes import running_logprob_engine, running_openai_decisions_
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "support_examples.yaml"
 
 Factory = Callable[[], AbstractAsyncContextManager[DecisionEngine]]
+
+
+@asynccontextmanager
+async def coalesced(factory: Factory) -> AsyncIterator[DecisionEngine]:
+    """The engine as the engine pool hands it out: behind a ``CoalescingEngine``."""
+    async with factory() as inner:
+        yield CoalescingEngine(inner)
+
 
 FACTORIES: dict[str, Factory] = {
     "embedded-zero-shot": lambda: running_embedded_engine(),
@@ -36,6 +44,8 @@ FACTORIES: dict[str, Factory] = {
     "jev:llm2jev": lambda: running_jev_engine("llm2jev"),
     "openai-decisions": lambda: running_openai_decisions_engine(),
     "logprob": lambda: running_logprob_engine(),
+    "coalesced-jev:structured": lambda: coalesced(lambda: running_jev_engine("structured")),
+    "coalesced-embedded-examples": lambda: coalesced(lambda: running_embedded_engine(examples=EXAMPLES)),
 }
 
 

@@ -18,11 +18,18 @@ from fastslow.router import (
     RouteTask,
     Settings,
 )
+from fastslow.router.engine_api import CoalescingEngine, DecisionEngine
 
 ROUTES = {
     "billing": Route(name="billing", description="Money", examples=("I was charged twice", "refund my order")),
     "technical": Route(name="technical", description="Bugs", examples=("the app crashes", "login page errors")),
 }
+
+
+def _bare(engine: DecisionEngine) -> DecisionEngine:
+    """The engine inside the pool's coalescing wrapper."""
+    assert isinstance(engine, CoalescingEngine)
+    return engine.inner
 
 
 def _policy(version: str, engine: str | None = None) -> PolicySet:
@@ -50,7 +57,7 @@ def test_every_engine_name_has_a_factory() -> None:
 async def test_network_engines_are_built_once_and_shared_across_policy_versions() -> None:
     pool = EnginePool(Settings(engine="jev", jev=JevSettings(base_url="http://127.0.0.1:9")))
     first = pool.engine_for(None, _policy("v1"))
-    assert isinstance(first, JevEngine)
+    assert isinstance(first, CoalescingEngine) and isinstance(first.inner, JevEngine)
     assert pool.engine_for("jev", _policy("v2")) is first
     await pool.aclose()
 
@@ -59,15 +66,15 @@ async def test_network_engines_are_built_once_and_shared_across_policy_versions(
 async def test_engines_that_learn_share_one_set_of_models_and_train_per_policy(tmp_path: Path) -> None:
     models = EmbeddedModels(EmbeddedSettings(embedder="minilm"), cache_dir=tmp_path)
     pool = EnginePool(Settings(), models=models)
-    v1 = pool.engine_for(None, _policy("v1"))
+    v1 = _bare(pool.engine_for(None, _policy("v1")))
     assert isinstance(v1, EmbeddedEngine) and v1.examples is not None
     assert set(v1.examples.heads) == {"support"}
-    assert pool.engine_for("embedded", _policy("v1")) is v1
-    v2 = pool.engine_for("embedded", _policy("v2"))
+    assert _bare(pool.engine_for("embedded", _policy("v1"))) is v1
+    v2 = _bare(pool.engine_for("embedded", _policy("v2")))
     assert v2 is not v1 and v2.embedder is v1.embedder  # retrained, on the models loaded once
-    examples = pool.engine_for("examples", _policy("v2"))
+    examples = _bare(pool.engine_for("examples", _policy("v2")))
     assert isinstance(examples, ExampleEngine) and examples.embedder is v1.embedder
-    sparrow = pool.engine_for("sparrow", _policy("v2"))
+    sparrow = _bare(pool.engine_for("sparrow", _policy("v2")))
     assert isinstance(sparrow, SparrowEngine) and sparrow is v1.sparrow
     pool.warm(_policy("v3"))
     await pool.aclose()

@@ -1,8 +1,9 @@
 """The durability promise at the store level: an acknowledged decision survives ``kill -9``.
 
-A child process records decisions and prints each id only after ``record`` returned (the
-acknowledgement); the parent reads some, kills the child with SIGKILL while it is still writing,
-reopens the database and finds every acknowledged decision, distribution included.
+A child process records decisions (directly, or through the sink's group-committing writer as the
+API does) and prints each id only after recording returned (the acknowledgement); the parent reads
+some, kills the child with SIGKILL while it is still writing, reopens the database and finds every
+acknowledged decision, distribution included.
 """
 
 from __future__ import annotations
@@ -29,11 +30,11 @@ ACKNOWLEDGED_BEFORE_KILL = 300
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX SIGKILL")
 
 
-def _record_until_killed(url: str) -> list[str]:
+def _record_until_killed(url: str, via: str) -> list[str]:
     """Run the child, SIGKILL it mid-stream, and return every id it acknowledged."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     child = subprocess.Popen(
-        [sys.executable, str(KILL_TARGET), url, "4"],
+        [sys.executable, str(KILL_TARGET), url, "4", via],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -62,8 +63,9 @@ def _record_until_killed(url: str) -> list[str]:
 
 
 @pytest.mark.slow
-async def test_acknowledged_decisions_survive_kill_9(database_url: str) -> None:  # noqa: F811
-    acknowledged = _record_until_killed(database_url)
+@pytest.mark.parametrize("via", ["record", "sink"])
+async def test_acknowledged_decisions_survive_kill_9(database_url: str, via: str) -> None:  # noqa: F811
+    acknowledged = _record_until_killed(database_url, via)
 
     path = sqlite_path(database_url)
     if path is not None:

@@ -6,6 +6,10 @@ decide: at most ``limits.local_engine_concurrency`` requests use one in-process 
 round-robin across tenants, and the next one is refused at once with ``Overloaded`` (a 503 with
 Retry-After) instead of waiting without bound. Waiting counts against the request's deadline. The
 gates are per process on purpose: they guard this replica's CPU and connections.
+
+Coalescing comes first: calls about one state that share an engine call (``CoalescingEngine``)
+take one place at the gate between them, for the call actually sent; a caller that joins a shared
+call adds no work to the engine, so it neither waits at the gate nor is refused by it.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from fastslow.router import (
     ReadOptions,
     State,
 )
-from fastslow.router.engine_api import DecisionEngine, EngineLimits, EngineReply, FairGate
+from fastslow.router.engine_api import CoalescingEngine, DecisionEngine, EngineLimits, EngineReply, FairGate
 
 __all__ = ["LOCAL_ENGINES", "GatedEngines"]
 
@@ -89,4 +93,7 @@ class GatedEngines:
         return gate
 
     def engine_for(self, name: EngineName | None, policy: PolicySet) -> DecisionEngine:
-        return _GatedEngine(self._inner.engine_for(name, policy), self.gate(name))
+        engine = self._inner.engine_for(name, policy)
+        if isinstance(engine, CoalescingEngine):
+            return engine.via(_GatedEngine(engine.inner, self.gate(name)))
+        return _GatedEngine(engine, self.gate(name))

@@ -50,7 +50,10 @@ def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
     async def lifespan(_app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         async with AsyncExitStack() as stack:
             # Migrations first: a replica must not serve against a schema it does not know.
-            decisions = await DecisionStore.open(database_url_for(settings), migrate=True)
+            decisions = await DecisionStore.open(
+                database_url_for(settings), migrate=True, queue=settings.store.queue, batch=settings.store.batch
+            )
+            # Closed last: its writer commits what the requests before shutdown queued.
             stack.push_async_callback(decisions.aclose)
             # Loading the policy trains the embedded engine on its examples: blocking work, off the loop.
             runtime = await asyncio.to_thread(build_runtime, settings)

@@ -6,13 +6,14 @@ never through module globals, so several apps can live in one process (as they d
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from fastslow.api._compose import Runtime
 from fastslow.api._learning import Learner
-from fastslow.api.store import DecisionStore
+from fastslow.api.store import DecisionStore, WriterClosed
 from fastslow.router import Decision, DecisionSink, Router, Settings, State
 
 from ._admission import GatedEngines
@@ -26,17 +27,27 @@ __all__ = ["Services"]
 class _CommittedSink:
     """A tenant's sink whose failures become ``StoreUnavailable`` (503), so nothing unrecorded is acknowledged.
 
-    The router records before it returns, and the store commits before ``record`` returns: when
-    the handler gets a result back, every decision in it is durable.
+    The router records before it returns, and the store's sink (not write-behind) returns only
+    once the writer committed the batch holding the decision (group commit with the other
+    requests' decisions): when the handler gets a result back, every decision in it is durable.
     """
 
     def __init__(self, inner: DecisionSink) -> None:
         self._inner = inner
 
     async def record(self, decision: Decision, *, state: State) -> None:
+        await self.record_many((decision,), state=state)
+
+    async def record_many(self, decisions: Sequence[Decision], *, state: State) -> None:
+        """A policy check's rules in one entry, so one commit."""
+        record_many = getattr(self._inner, "record_many", None)
         try:
-            await self._inner.record(decision, state=state)
-        except (SQLAlchemyError, OSError) as exc:
+            if record_many is not None:
+                await record_many(decisions, state=state)
+            else:
+                for decision in decisions:
+                    await self._inner.record(decision, state=state)
+        except (SQLAlchemyError, OSError, WriterClosed) as exc:  # WriterClosed: shutting down
             raise StoreUnavailable() from exc
 
 

@@ -1,7 +1,9 @@
 """The decision log: decisions, their answers and outcomes, and API keys, on SQLite or PostgreSQL.
 
     store = await DecisionStore.open(database_url_for(settings))   # runs migrations first
-    router = router.with_sink(store.sink(tenant, store_state=keeps_state))
+    router = router.with_sink(store.sink(tenant, store_state=keeps_state))   # committed on return
+    graph_router = router.with_sink(store.sink(tenant, write_behind=True))    # queued on return
+    await store.aclose()                                                      # commits what is queued
 
 See ``docs/store.md`` for the tables, the durability promise and how keys are kept.
 """
@@ -11,10 +13,12 @@ from ._learned import LearnedExample, LearnedExamples, LearnOutcome, LearnSource
 from ._models import RateWindowRow
 from ._store import DecisionStore
 from ._values import ApiKey, StoredDecision, StoredOutcome
+from ._writer import DecisionWriter, WriterClosed
 
 __all__ = [
     "ApiKey",
     "DecisionStore",
+    "DecisionWriter",
     "LearnOutcome",
     "LearnSource",
     "LearnedExample",
@@ -22,6 +26,7 @@ __all__ = [
     "RateWindowRow",
     "StoredDecision",
     "StoredOutcome",
+    "WriterClosed",
     "database_url_for",
     "upgrade",
 ]

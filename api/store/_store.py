@@ -1,8 +1,11 @@
 """The decision log: every decision the router makes, per tenant, with its outcomes and the API keys.
 
-Every write is committed before its method returns, so a caller that answers a client only after
-``record`` returned never acknowledges a decision a crash could lose. The store keeps no state of
-its own beyond the connection pool: several API replicas can share one PostgreSQL database.
+Every direct write (``record``, ``record_outcome``, ...) is committed before its method returns, so
+a caller that answers a client only after ``record`` returned never acknowledges a decision a crash
+could lose. Sinks go through the store's one ``DecisionWriter``: group commit by default (still
+committed on return), or write-behind (queued on return) for in-process graphs. The store keeps no
+state of its own beyond the connection pool and that queue: several API replicas can share one
+PostgreSQL database.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from ._engine import create_store_engine, upgrade
 from ._learned import LearnedExamples
 from ._models import AnswerRow, ApiKeyRow, DecisionRow, OutcomeRow
 from ._values import ApiKey, StoredDecision, StoredOutcome
+from ._writer import DEFAULT_BATCH, DEFAULT_QUEUE, DecisionWriter
 
 __all__ = ["DecisionStore"]
 
@@ -56,22 +60,27 @@ def _check_tenant(tenant: str) -> str:
 class DecisionStore:
     """The decision log on SQLite or PostgreSQL; open with ``await DecisionStore.open(url)``."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, queue: int = DEFAULT_QUEUE, batch: int = DEFAULT_BATCH) -> None:
         self._engine = engine
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
         self.learned = LearnedExamples(self._sessions, engine.dialect.name)
         """What tasks learned from escalations and outcomes (``fastslow.api.learning``)."""
+        self.writer = DecisionWriter(engine, queue=queue, batch=batch)
+        """The one writer the sinks record through: batches, write-behind and group commit."""
 
     @classmethod
-    async def open(cls, url: str, *, migrate: bool = True) -> DecisionStore:
+    async def open(
+        cls, url: str, *, migrate: bool = True, queue: int = DEFAULT_QUEUE, batch: int = DEFAULT_BATCH
+    ) -> DecisionStore:
         """Connect to the log at ``url``, first running its migrations unless ``migrate`` is false.
 
         SQLite connections use WAL with ``synchronous=NORMAL``, foreign keys and a busy timeout.
+        ``queue`` and ``batch`` size the writer (``Settings.store``, docs/store.md).
         """
         if migrate:
             # Alembic is synchronous; a thread keeps the event loop free while it runs.
             await asyncio.to_thread(upgrade, url)
-        return cls(create_store_engine(url))
+        return cls(create_store_engine(url), queue=queue, batch=batch)
 
     @property
     def engine(self) -> AsyncEngine:
@@ -79,8 +88,11 @@ class DecisionStore:
         return self._engine
 
     async def aclose(self) -> None:
-        """Close every pooled connection."""
-        await self._engine.dispose()
+        """Commit what the writer holds, then close every pooled connection."""
+        try:
+            await self.writer.aclose()
+        finally:
+            await self._engine.dispose()
 
     async def __aenter__(self) -> DecisionStore:
         return self
@@ -130,15 +142,25 @@ class DecisionStore:
             if answers:
                 await session.execute(insert(AnswerRow), answers)
 
-    def sink(self, tenant: str, *, store_state: Callable[[str], bool] | bool = False) -> DecisionSink:
-        """A ``fastslow.router.DecisionSink`` that records into this log for ``tenant``.
+    def sink(
+        self, tenant: str, *, store_state: Callable[[str], bool] | bool = False, write_behind: bool = False
+    ) -> DecisionSink:
+        """A ``fastslow.router.DecisionSink`` that records into this log for ``tenant``, through ``writer``.
 
         Args:
             tenant: whose decisions these are.
             store_state: whether to keep the state text; a function of the task name (the task's
                 ``store_state`` policy) or one answer for all tasks.
+            write_behind: return once a decision is queued, not committed (for in-process graphs,
+                where nobody is acknowledged); ``flush()`` or ``aclose()`` the store to commit the
+                rest. Decisions System 2 answered are still committed before ``record`` returns.
+                Off (the default), ``record`` returns once committed, in a group commit.
         """
-        return _TenantSink(self, _check_tenant(tenant), store_state)
+        return _TenantSink(self, _check_tenant(tenant), store_state, write_behind)
+
+    async def flush(self) -> None:
+        """Wait until every decision the sinks queued so far is committed (or given up on and logged)."""
+        await self.writer.flush()
 
     async def get(self, decision_id: str, *, tenant: str) -> StoredDecision | None:
         """The decision with this id, or ``None`` when there is none for ``tenant``."""
@@ -335,10 +357,13 @@ class DecisionStore:
 class _TenantSink:
     """The router's ``DecisionSink`` for one tenant."""
 
-    def __init__(self, store: DecisionStore, tenant: str, store_state: Callable[[str], bool] | bool) -> None:
+    def __init__(
+        self, store: DecisionStore, tenant: str, store_state: Callable[[str], bool] | bool, write_behind: bool
+    ) -> None:
         self._store = store
         self._tenant = tenant
         self._store_state = store_state
+        self._write_behind = write_behind
 
     def _keeps_state(self, decisions: Iterable[Decision]) -> bool:
         if callable(self._store_state):
@@ -346,10 +371,13 @@ class _TenantSink:
         return bool(self._store_state)
 
     async def record(self, decision: Decision, *, state: State) -> None:
-        await self._store.record(decision, tenant=self._tenant, state=state, store_state=self._keeps_state([decision]))
+        await self.record_many((decision,), state=state)
 
     async def record_many(self, decisions: Sequence[Decision], *, state: State) -> None:
         """All of one call's decisions in one transaction (one commit instead of several)."""
-        await self._store.record_many(
-            decisions, tenant=self._tenant, state=state, store_state=self._keeps_state(decisions)
+        # A System-2 answer cost a frontier model call, next to which its commit is free, and what
+        # learns from it (``Learner.sink``) needs its row in the log: it is never left behind.
+        durable = not self._write_behind or any(d.system == 2 for d in decisions)
+        await self._store.writer.record(
+            decisions, tenant=self._tenant, state=state, store_state=self._keeps_state(decisions), durable=durable
         )

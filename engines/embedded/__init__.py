@@ -8,6 +8,7 @@ zero-shot. ``SparrowEngine`` and ``ExampleEngine`` are its two halves, usable on
 
 from ._adapted import AdaptedHead, fit_adapted_head
 from ._background import Background, load_background
+from ._batching import BatchingEmbedder
 from ._cache import EmbeddingCache, default_cache_dir
 from ._embedded_engine import SIMILARITY_TEMPERATURE, EmbeddedEngine
 from ._embedders import (
@@ -30,6 +31,7 @@ __all__ = [
     "SPARROW_MODELS",
     "AdaptedHead",
     "Background",
+    "BatchingEmbedder",
     "E5Embedder",
     "EmbeddedEngine",
     "EmbeddedModels",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from fastslow.router import EmbeddedSettings
 
+from ._batching import BatchingEmbedder
 from ._cache import EmbeddingCache
 from ._embedded_engine import EmbeddedEngine
 from ._embedders import Embedder, load_embedder
@@ -22,7 +23,8 @@ class EmbeddedModels:
 
     Loading and hash-checking the embedder is the slow part of building an embedded engine, so an
     engine pool that builds new engines on every policy reload keeps one of these; training a head
-    on examples already embedded is quick.
+    on examples already embedded is quick. The embedder batches concurrent short reads into one
+    model call (``BatchingEmbedder``).
 
     Args:
         settings: ``Settings.embedded``: which embedder, and the examples file.
@@ -40,7 +42,8 @@ class EmbeddedModels:
     def embedder(self) -> Embedder:
         with self._lock:
             if self._embedder is None:
-                self._embedder = load_embedder(self.settings.embedder)
+                # Shared by every engine built from these models, so concurrent reads batch together.
+                self._embedder = BatchingEmbedder(load_embedder(self.settings.embedder))
             return self._embedder
 
     @property
