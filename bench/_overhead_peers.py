@@ -31,6 +31,7 @@ __all__ = [
     "jev_router_edge",
     "langgraph_jev_graph",
     "stub_async_client",
+    "stub_sync_client",
 ]
 
 PEERS = ("langgraph-jev-router", "langgraph-jev")
@@ -66,7 +67,7 @@ def stub_async_client() -> httpx2.AsyncClient:
     return httpx2.AsyncClient(transport=httpx2.MockTransport(_reply))
 
 
-def _stub_sync_client() -> httpx2.Client:
+def stub_sync_client() -> httpx2.Client:
     return httpx2.Client(transport=httpx2.MockTransport(_reply))
 
 
@@ -112,6 +113,10 @@ class LazySink:
             self._loop = asyncio.get_running_loop()
         await self._sink.record(decision, state=state)
 
+    def record_from_thread(self, decisions: Any, *, state: State) -> bool:
+        """The store's own sync path (queue and return), once the store is open."""
+        return self._sink is not None and bool(self._sink.record_from_thread(decisions, state=state))
+
     def close(self) -> None:
         """Flush and close the store on its own loop (a queued decision is committed, none lost)."""
         if self._store is None or self._loop is None:
@@ -137,7 +142,7 @@ class _StubBackend(TypeSafeBackend):
 
     def _sync_client(self) -> Any:
         if self._client is None:
-            self._client = TypeSafeClient(**self._client_kwargs(), http_client=_stub_sync_client())
+            self._client = TypeSafeClient(**self._client_kwargs(), http_client=stub_sync_client())
         return self._client
 
     def _async_client(self) -> Any:
@@ -168,7 +173,7 @@ def jev_router_edge(routes: list[str], *, asynchronous: bool) -> Callable[[Any],
 def langgraph_jev_graph(routes: list[str], *, asynchronous: bool) -> Callable[[Any], None]:
     """A ``JevNode`` then ``route_by_decision`` on its conditional edge (async ones under ``ainvoke``)."""
     client = JevClient(
-        sync_client=TypeSafeClient(api_key=_KEY, base_url=STUB_URL, http_client=_stub_sync_client()),
+        sync_client=TypeSafeClient(api_key=_KEY, base_url=STUB_URL, http_client=stub_sync_client()),
         async_client=AsyncTypeSafeClient(api_key=_KEY, base_url=STUB_URL, http_client=stub_async_client()),
     )
     node = JevNode(

@@ -46,8 +46,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from _overhead_peers import PEERS, BenchState, LazySink, StubChats, StubEngines, jev_router_edge, langgraph_jev_graph
-from _overhead_peers import stub_async_client as stub
+from _overhead_peers import (
+    PEERS,
+    BenchState,
+    LazySink,
+    StubChats,
+    StubEngines,
+    jev_router_edge,
+    langgraph_jev_graph,
+    stub_async_client,
+    stub_sync_client,
+)
 from langchain_core.messages import HumanMessage
 from langgraph.graph import END, START, StateGraph
 
@@ -60,7 +69,9 @@ BASELINE = "bare conditional edge"
 
 
 def _router(sink: LazySink | None) -> Router:
-    engine = JevEngine(JevSettings(base_url="http://jev.stub", profile="jev", max_retries=0), http_client=stub())
+    settings = JevSettings(base_url="http://jev.stub", profile="jev", max_retries=0)
+    # Both clients, as the peers have theirs: the sync one serves invoke (Router.route_sync).
+    engine = JevEngine(settings, http_client=stub_async_client(), sync_http_client=stub_sync_client())
     task = RouteTask(
         name="support",
         routes={r: Route(name=r, description=f"{r} questions") for r in ROUTES},
@@ -306,6 +317,11 @@ def render(results: dict[str, Any]) -> str:
         f"{rss['decisions_last']:,}: {rss['rss_mib_last']} MiB ({rss['growth_mib']:+} MiB).",
         "",
         *_targets(results, peers),
+        "Under `invoke` the router decides in the caller's thread (`Router.route_sync`): the Jev client",
+        "asks over its sync `httpx2.Client`, and the write-behind log only queues from that thread.",
+        "System 2, a durable commit and engines without a sync path go through fastslow's loop thread.",
+        "The log's own figures (`+ SQLite log`, without write-behind) are group commit, as the HTTP API",
+        "uses: each call waits for its commit.",
     ]
     return "\n".join(lines)
 

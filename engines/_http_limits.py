@@ -18,14 +18,22 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx2
 
 from fastslow.router import EngineProtocolError, LimitsSettings
+from fastslow.router.engine_api import Deadline
 
-__all__ = ["DEFAULT_MAX_REPLY_BYTES", "REPLY_LIMIT_SETTING", "ReplyCap", "capped_client", "limit_reply"]
+__all__ = [
+    "DEFAULT_MAX_REPLY_BYTES",
+    "REPLY_LIMIT_SETTING",
+    "ReplyCap",
+    "capped_client",
+    "limit_reply",
+    "limit_reply_sync",
+]
 
 DEFAULT_MAX_REPLY_BYTES: int = LimitsSettings().max_engine_reply_bytes
 """The cap an engine built outside the registry gets: the setting's default (8 MiB)."""
@@ -53,14 +61,37 @@ def limit_reply(response: httpx2.Response, max_bytes: int, *, engine: str) -> No
         EngineProtocolError: the reply declares a ``Content-Length`` over ``max_bytes``; later, from
             reading the body, when it turns out longer.
     """
+    encoding = _declared(response, max_bytes, engine)
+    response.stream = _CappedStream(_as_async(response.stream), max_bytes, engine=engine, encoding=encoding)
+
+
+def limit_reply_sync(response: httpx2.Response, max_bytes: int, *, engine: str, deadline: Deadline) -> None:
+    """``limit_reply`` for a sync client's response, whose reading also stops at ``deadline``.
+
+    A sync read cannot be cancelled: ``httpx2``'s timeouts bound each read, and the deadline is
+    checked between reads, so a server trickling its reply is cut off within one read of it.
+
+    Raises:
+        EngineProtocolError: as ``limit_reply``.
+        TimeoutError: from reading the body, once the deadline has passed.
+    """
+    encoding = _declared(response, max_bytes, engine)
+    stream = response.stream
+    if not isinstance(stream, httpx2.SyncByteStream):
+        raise TypeError("limit_reply_sync reads sync responses only")
+    response.stream = _SyncCappedStream(stream, max_bytes, engine=engine, encoding=encoding, deadline=deadline)
+
+
+def _declared(response: httpx2.Response, max_bytes: int, engine: str) -> str | None:
+    """Refuse a declared length over the cap; the content encoding the cap's stream inflates, if any."""
     declared = response.headers.get("content-length")
     if declared is not None and declared.strip().isdigit() and int(declared) > max_bytes:
         raise _too_large(max_bytes, engine, declared=int(declared))
     encoding = response.headers.get("content-encoding")
-    response.stream = _CappedStream(_as_async(response.stream), max_bytes, engine=engine, encoding=encoding)
     if encoding is not None:
-        # Inflated here already; left in place, the response would try to inflate it a second time.
+        # Inflated by the cap's stream; left in place, the response would inflate it a second time.
         del response.headers["content-encoding"]
+    return encoding
 
 
 class ReplyCap:
@@ -110,6 +141,12 @@ async def _iterating(body: AsyncIterable[bytes]) -> AsyncIterator[AsyncIterator[
             await parts.aclose()
 
 
+def _sliced(part: bytes) -> Iterator[bytes]:
+    view = memoryview(part)
+    for start in range(0, len(view), _COMPRESSED_SLICE):
+        yield bytes(view[start : start + _COMPRESSED_SLICE])
+
+
 class _Slices(httpx2.AsyncByteStream):
     """The compressed body in slices of ``_COMPRESSED_SLICE`` bytes, for the decoder to inflate one by one."""
 
@@ -119,27 +156,35 @@ class _Slices(httpx2.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async with _iterating(self._body) as parts:
             async for part in parts:
-                view = memoryview(part)
-                for start in range(0, len(view), _COMPRESSED_SLICE):
-                    yield bytes(view[start : start + _COMPRESSED_SLICE])
+                for piece in _sliced(part):
+                    yield piece
 
     async def aclose(self) -> None:
         await self._body.aclose()
 
 
-class _CappedStream(httpx2.AsyncByteStream):
-    """A reply body (inflated when ``encoding`` says so) that raises once it passes ``max_bytes``."""
+class _SyncSlices(httpx2.SyncByteStream):
+    """``_Slices`` for a sync body."""
 
-    def __init__(self, body: httpx2.AsyncByteStream, max_bytes: int, *, engine: str, encoding: str | None) -> None:
+    def __init__(self, body: httpx2.SyncByteStream) -> None:
+        self._body = body
+
+    def __iter__(self) -> Iterator[bytes]:
+        for part in self._body:
+            yield from _sliced(part)
+
+    def close(self) -> None:
+        self._body.close()
+
+
+class _Cap:
+    """What the async and sync capped streams share: the count against the cap, the body's timing."""
+
+    def __init__(self, body: Any, max_bytes: int, engine: str) -> None:
         self._body = body
         self._max_bytes = max_bytes
         self._engine = engine
-        # httpx2 inflates a body by its headers; a bare response lends us its decoders.
-        self._inflated = (
-            httpx2.Response(200, headers={"content-encoding": encoding}, stream=_Slices(body))
-            if encoding is not None
-            else None
-        )
+        self._seen = 0
 
     @property
     def elapsed(self) -> datetime.timedelta | None:
@@ -147,15 +192,56 @@ class _CappedStream(httpx2.AsyncByteStream):
         elapsed: datetime.timedelta | None = getattr(self._body, "elapsed", None)
         return elapsed
 
+    def _count(self, part: bytes) -> None:
+        self._seen += len(part)
+        if self._seen > self._max_bytes:
+            raise _too_large(self._max_bytes, self._engine)
+
+
+class _CappedStream(_Cap, httpx2.AsyncByteStream):
+    """A reply body (inflated when ``encoding`` says so) that raises once it passes ``max_bytes``."""
+
+    def __init__(self, body: httpx2.AsyncByteStream, max_bytes: int, *, engine: str, encoding: str | None) -> None:
+        super().__init__(body, max_bytes, engine)
+        # httpx2 inflates a body by its headers; a bare response lends us its decoders.
+        self._inflated = (
+            httpx2.Response(200, headers={"content-encoding": encoding}, stream=_Slices(body))
+            if encoding is not None
+            else None
+        )
+
     async def __aiter__(self) -> AsyncIterator[bytes]:
         body = self._inflated.aiter_bytes() if self._inflated is not None else self._body
-        seen = 0
         async with _iterating(body) as parts:
             async for part in parts:
-                seen += len(part)
-                if seen > self._max_bytes:
-                    raise _too_large(self._max_bytes, self._engine)
+                self._count(part)
                 yield part
 
     async def aclose(self) -> None:
         await self._body.aclose()
+
+
+class _SyncCappedStream(_Cap, httpx2.SyncByteStream):
+    """``_CappedStream`` for a sync body, which also raises ``TimeoutError`` once ``deadline`` passes."""
+
+    def __init__(
+        self, body: httpx2.SyncByteStream, max_bytes: int, *, engine: str, encoding: str | None, deadline: Deadline
+    ) -> None:
+        super().__init__(body, max_bytes, engine)
+        self._deadline = deadline
+        self._inflated = (
+            httpx2.Response(200, headers={"content-encoding": encoding}, stream=_SyncSlices(body))
+            if encoding is not None
+            else None
+        )
+
+    def __iter__(self) -> Iterator[bytes]:
+        body = self._inflated.iter_bytes() if self._inflated is not None else self._body
+        for part in body:
+            self._count(part)
+            if self._deadline.remaining <= 0.0:
+                raise TimeoutError(f"the reply was still arriving at the {self._deadline.budget_s:g} s deadline")
+            yield part
+
+    def close(self) -> None:
+        self._body.close()

@@ -8,9 +8,10 @@ from the returned top-k gets (lowest returned logprob - 5), as the structured se
 (wire-formats.md §2.4); llm2jev does a similar one-token read on vLLM (§3).
 
 On the completions endpoint all questions of a call go in one request (``prompt`` is a list; vLLM
-answers it with one choice per prompt, ``choices[i].index`` naming the prompt). Servers that take a
-single prompt (Ollama) use ``batch_prompts=False``; the chat variant (``chat=True``) sends one chat
-completion per question, concurrently.
+answers it with one choice per prompt, ``choices[i].index`` naming the prompt). Concurrent calls
+about different states share requests too, while one is in flight (``_prompt_batch.PromptBatcher``;
+a lone call is sent at once). Servers that take a single prompt (Ollama) use ``batch_prompts=False``;
+the chat variant (``chat=True``) sends one chat completion per question, concurrently.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import json
 import math
 import string
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -52,6 +53,7 @@ from fastslow.router.engine_api import (
 )
 
 from ._http_limits import DEFAULT_MAX_REPLY_BYTES, capped_client
+from ._prompt_batch import PromptBatcher
 from ._sdk_errors import api_key_or_deferred_error, openai_errors, request_timeout
 
 __all__ = ["MISSING_LABEL_PENALTY", "LogprobEngine", "label_distribution"]
@@ -80,6 +82,19 @@ class _Read:
     question_text: str
 
 
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One call's prompts in a completion: ``size`` of them from index ``start``.
+
+    ``billed``: the completion's usage counts towards this call (a shared request's is counted once).
+    """
+
+    completion: Completion
+    size: int
+    start: int = 0
+    billed: bool = True
+
+
 class LogprobEngine:
     """Answers typed questions from next-token logprobs of a completion server.
 
@@ -90,8 +105,10 @@ class LogprobEngine:
             client is used as it is, without the reply cap.
         chat: read the first token of a chat completion (``logprobs=True, top_logprobs=k``)
             instead of a plain completion.
-        batch_prompts: send all of a call's prompts in one completions request (vLLM, OpenAI);
-            turn off for servers that take one prompt per request. Ignored when ``chat``.
+        batch_prompts: send all of a call's prompts in one completions request (vLLM, OpenAI), and
+            the prompts of calls that arrive while a request is in flight together in the next
+            (a shared request's usage goes to the first of its callers still waiting); turn off for
+            servers that take one prompt per request. Ignored when ``chat``.
         max_reply_bytes: the largest reply body the engine's own client reads
             (``limits.max_engine_reply_bytes``); a longer one is an ``EngineProtocolError``.
 
@@ -116,6 +133,7 @@ class LogprobEngine:
         self._settings = settings
         self._chat = chat
         self._batch = batch_prompts
+        self._batcher = PromptBatcher[Completion](self._send_prompts)
         self._owns_http = http_client is None
         self._client = openai.AsyncOpenAI(
             api_key=api_key_or_deferred_error(settings.api_key, setting="logprob.api_key"),
@@ -213,23 +231,41 @@ class LogprobEngine:
 
     async def _completion_replies(
         self, text: str, reads: list[_Read], options: ReadOptions, deadline: Deadline
-    ) -> list[tuple[int, Completion]]:
+    ) -> list[_Part]:
         prompts = [_completion_prompt(text, r) for r in reads]
-        batches = [prompts] if self._batch else [[p] for p in prompts]
         # Read once, before any call is made: raising between two would leave one never awaited.
         sampling = self._sampling(options, deadline)
+        if self._batch:
+            # Calls batch when these match (model and logprobs are the engine's own, the same for
+            # every call); a shared request's timeout is its longest caller's.
+            params: dict[str, Hashable] = {k: v for k, v in sampling.items() if k != "timeout"}
+            share = await self._batcher.complete(prompts, params, deadline)
+            return [_Part(share.reply, len(prompts), share.offset, share.billed)]
         completions = await gather_all(
             [
                 self._client.completions.create(
                     model=self._settings.model,
-                    prompt=batch,
+                    prompt=[prompt],
                     logprobs=self._settings.top_logprobs,
                     **sampling,
                 )
-                for batch in batches
+                for prompt in prompts
             ]
         )
-        return [(len(batch), completion) for batch, completion in zip(batches, completions, strict=True)]
+        return [_Part(completion, 1) for completion in completions]
+
+    async def _send_prompts(self, prompts: list[str], params: Mapping[str, Hashable], deadline: Deadline) -> Completion:
+        """One completions request for the batcher, with the timeout that is left of ``deadline``."""
+        sampling: dict[str, Any] = dict(params)
+        # ``**sampling`` leaves the SDK's overloads (stream or not) unresolved; this one does not stream.
+        completion: Completion = await self._client.completions.create(
+            model=self._settings.model,
+            prompt=prompts,
+            logprobs=self._settings.top_logprobs,
+            timeout=request_timeout(deadline, self.name),
+            **sampling,
+        )
+        return completion
 
     async def _chat_replies(
         self, text: str, reads: list[_Read], options: ReadOptions, deadline: Deadline
@@ -253,20 +289,21 @@ class LogprobEngine:
         return list(completions)
 
 
-def _read_completions(replies: list[tuple[int, Completion]], engine: str) -> tuple[_Tops, Usage, str]:
+def _read_completions(parts: list[_Part], engine: str) -> tuple[_Tops, Usage, str]:
     """Each prompt's first-position top logprobs, in prompt order (``choices[i].index`` names the prompt)."""
     tops: _Tops = []
     usage = Usage()
-    for size, completion in replies:
-        by_index = {c.index: c for c in completion.choices}
-        for i in range(size):
-            choice = by_index.get(i)
+    for part in parts:
+        by_index = {c.index: c for c in part.completion.choices}
+        for i in range(part.size):
+            choice = by_index.get(part.start + i)
             logprobs = choice.logprobs if choice is not None else None
             if logprobs is None or not logprobs.top_logprobs:
                 raise EngineProtocolError(f"no logprobs for prompt {i}; does the server return them?", engine=engine)
             tops.append(list(logprobs.top_logprobs[0].items()))
-        usage = usage + _usage(completion.usage)
-    return tops, usage, replies[0][1].model
+        if part.billed:
+            usage = usage + _usage(part.completion.usage)
+    return tops, usage, parts[0].completion.model
 
 
 def _read_chats(replies: list[ChatCompletion], engine: str) -> tuple[_Tops, Usage, str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from ._answers import Answer
 
@@ -24,9 +24,10 @@ class AnswerCache:
     Not thread-safe: one event loop uses it.
     """
 
-    def __init__(self, *, ttl_s: float, entries: int) -> None:
+    def __init__(self, *, ttl_s: float, entries: int, clock: Callable[[], float] = time.monotonic) -> None:
         if ttl_s <= 0 or entries < 1:
             raise ValueError("need ttl_s > 0 and entries >= 1")
+        self._clock = clock
         self.ttl_s = ttl_s
         self.entries = entries
         self._items: OrderedDict[Hashable, tuple[float, Answer]] = OrderedDict()
@@ -39,14 +40,14 @@ class AnswerCache:
         if found is None:
             return None
         expires, answer = found
-        if expires <= time.monotonic():
+        if expires <= self._clock():
             del self._items[key]
             return None
         self._items.move_to_end(key)
         return answer
 
     def put(self, key: Hashable, answer: Answer) -> None:
-        self._items[key] = (time.monotonic() + self.ttl_s, answer)
+        self._items[key] = (self._clock() + self.ttl_s, answer)
         self._items.move_to_end(key)
         while len(self._items) > self.entries:
             self._items.popitem(last=False)

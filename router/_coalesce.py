@@ -33,7 +33,7 @@ from typing import Any
 
 from ._answers import Answer, EngineReply, NoAnswer, Usage
 from ._coalesce_calls import NO_OPTIONS, Call, Gone, Group, Shared, group_key, question_key
-from ._engine import DecisionEngine, ReadOptions
+from ._engine import DecisionEngine, ReadOptions, SyncDecide
 from ._errors import EngineTimeout
 from ._questions import Image, Question, State
 from ._settings import CoalesceSettings
@@ -119,6 +119,29 @@ class CoalescingEngine:
                 return await self._coalesced(state, questions, images, options, timeout)
             except Gone:
                 continue  # the call this one shared ended with its only other caller: ask again
+
+    def decide_sync(
+        self,
+        state: State,
+        questions: Mapping[str, Question],
+        *,
+        images: Sequence[Image] = (),
+        options: ReadOptions | None = None,
+    ) -> EngineReply | None:
+        """The engine's own ``decide_sync`` while there is nothing here to share; else ``None``.
+
+        A sync caller blocks its thread, so it cannot wait in a window for others: with nothing in
+        flight or queued (and no answer cache) it asks the engine from its own thread, as a bare
+        engine is asked; otherwise it gets ``None`` and awaits ``decide``, which coalesces.
+        """
+        shared = self._shared
+        sync: SyncDecide | None = getattr(self.inner, "decide_sync", None)
+        if sync is None or shared.running or shared.pending or shared.cache is not None:
+            return None
+        reply = sync(state, questions, images=images, options=options)
+        if reply is not None:
+            shared.calls_sent += 1  # a metric: a lost increment between threads costs nothing
+        return reply
 
     async def _inline(
         self,

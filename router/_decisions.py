@@ -165,31 +165,39 @@ def decide_answer(
     calibration: Calibration = _UNCALIBRATED,
     none_option: str | None = None,
     policy_version: str = "",
+    question: str | None = None,
+    examples_version: str = "",
 ) -> Decision:
-    """Keep a routing or classification answer, or say why it must be escalated."""
+    """Keep a routing or classification answer, or say why it must be escalated.
+
+    ``question`` names the decision's question (the answer's own name when omitted);
+    ``examples_version`` is the learned set the engine was trained with.
+    """
     # One Decision per call, built once: this runs on every routing step, and each replace() is a
     # full re-construction of a 20-field dataclass.
     if isinstance(answer, EngineFailure):
         return Decision(
             task=task,
-            question=task,
+            question=question or task,
             outcome=None,
             system=1,
             reason="timeout" if answer.timeout else "engine_error",
             escalate=True,
             detail=answer.message,
             policy_version=policy_version,
+            examples_version=examples_version,
         )
     if isinstance(answer, NoAnswer):
         return Decision(
             task=task,
-            question=answer.question,
+            question=question or answer.question,
             outcome=None,
             system=1,
             reason="no_answer",
             escalate=True,
             detail=answer.reason,
             policy_version=policy_version,
+            examples_version=examples_version,
             engine=answer.engine,
             model=answer.model,
             latency_ms=answer.latency_ms,
@@ -216,7 +224,7 @@ def decide_answer(
         reason, outcome = "confident", top
     return Decision(
         task=task,
-        question=answer.question,
+        question=question or answer.question,
         outcome=outcome,
         system=1,
         reason=reason,
@@ -225,6 +233,7 @@ def decide_answer(
         threshold=threshold,
         probabilities=probs,
         policy_version=policy_version,
+        examples_version=examples_version,
         engine=answer.engine,
         model=answer.model,
         latency_ms=answer.latency_ms,
@@ -240,35 +249,58 @@ def decide_check(
     calibration: Calibration = _UNCALIBRATED,
     on_failure: OnFailure = "fail_closed",
     policy_version: str = "",
+    question: str | None = None,
 ) -> Decision:
     """Turn a policy rule's answer into allow / review / deny.
 
     When System 1 cannot answer, ``on_failure`` says what happens: ``fail_closed`` denies,
-    ``review`` sends to a person, ``escalate`` asks System 2.
+    ``review`` sends to a person, ``escalate`` asks System 2. ``question`` names the decision's
+    question (the answer's own name when omitted).
     """
-    question = answer.question if not isinstance(answer, EngineFailure) else task
-    base = Decision(
-        task=task, question=question, outcome=None, system=1, reason="confident", policy_version=policy_version
-    )
+    name = question or (answer.question if not isinstance(answer, EngineFailure) else task)
     if isinstance(answer, (EngineFailure, NoAnswer)):
         reason: Reason = "no_answer"
         detail = answer.reason if isinstance(answer, NoAnswer) else answer.message
         if isinstance(answer, EngineFailure):
             reason = "timeout" if answer.timeout else "engine_error"
-        if on_failure == "escalate":
-            return replace(base, reason=reason, escalate=True, detail=detail)
-        verdict: Verdict = "deny" if on_failure == "fail_closed" else "review"
-        return replace(base, reason=reason, outcome=verdict, verdict=verdict, detail=detail)
+        failed: Verdict | None = None
+        if on_failure != "escalate":
+            failed = "deny" if on_failure == "fail_closed" else "review"
+        return Decision(
+            task=task,
+            question=name,
+            outcome=failed,
+            verdict=failed,
+            system=1,
+            reason=reason,
+            escalate=failed is None,
+            detail=detail,
+            policy_version=policy_version,
+        )
     probs = calibrate(answer.probabilities, calibration)
     p = probs.get(action.violation, 0.0)
-    base = replace(
-        base, probabilities=probs, engine=answer.engine, model=answer.model, latency_ms=answer.latency_ms, confidence=p
-    )
+    verdict: Verdict
     if p >= action.deny_at:
-        return replace(base, outcome="deny", verdict="deny", threshold=action.deny_at)
-    if p <= action.allow_at:
-        return replace(base, outcome="allow", verdict="allow", threshold=action.allow_at)
-    return replace(base, outcome="review", verdict="review", reason="low_confidence", threshold=action.deny_at)
+        verdict, reason, threshold = "deny", "confident", action.deny_at
+    elif p <= action.allow_at:
+        verdict, reason, threshold = "allow", "confident", action.allow_at
+    else:
+        verdict, reason, threshold = "review", "low_confidence", action.deny_at
+    return Decision(
+        task=task,
+        question=name,
+        outcome=verdict,
+        verdict=verdict,
+        system=1,
+        reason=reason,
+        confidence=p,
+        threshold=threshold,
+        probabilities=probs,
+        policy_version=policy_version,
+        engine=answer.engine,
+        model=answer.model,
+        latency_ms=answer.latency_ms,
+    )
 
 
 def escalated_by_system2(

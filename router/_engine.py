@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 from ._answers import EngineReply
 from ._questions import Image, Question, State
 
-__all__ = ["DecisionEngine", "EngineLimits", "ReadOptions"]
+__all__ = ["DecisionEngine", "EngineLimits", "ReadOptions", "SyncDecide", "SyncDecisionEngine"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,3 +74,27 @@ class DecisionEngine(Protocol):
     async def aclose(self) -> None:
         """Release connections and models."""
         ...
+
+
+@runtime_checkable
+class SyncDecisionEngine(Protocol):
+    """An engine that can also answer from sync code, in the calling thread (``Router.route_sync``)."""
+
+    def decide_sync(
+        self,
+        state: State,
+        questions: Mapping[str, Question],
+        *,
+        images: Sequence[Image] = (),
+        options: ReadOptions | None = None,
+    ) -> EngineReply | None:
+        """``decide``, blocking the calling thread, bounded by ``options.timeout_s`` (else the engine's own).
+
+        Returns ``None`` when this call needs the event loop (a request to split, images, no sync
+        client): the caller then awaits ``decide``. Raises what ``decide`` raises.
+        """
+        ...
+
+
+SyncDecide: TypeAlias = Callable[..., EngineReply | None]
+"""A ``SyncDecisionEngine.decide_sync`` method."""

@@ -1,8 +1,9 @@
 """LangGraph nodes: the router, the policy gate in front of a ``ToolNode``, and classify; the router edge.
 
-Each factory returns a runnable that works under ``invoke`` and ``ainvoke``. Async is the real
-path; the sync path runs the same coroutine on a private event loop thread, while anything that
-needs LangGraph's run context (``interrupt``) stays in the calling thread.
+Each factory returns a runnable that works under ``invoke`` and ``ainvoke``: under ``invoke`` the
+router's sync methods (``route_sync``, ...) decide in the calling thread wherever the engine and
+the sink can (and run the rest on a private event loop thread); anything that needs LangGraph's
+run context (``interrupt``) stays in the calling thread either way.
 
 They are bare ``Runnable`` subclasses, which LangGraph runs as they are: a plain function would be
 wrapped in a ``RunnableCallable`` with one path only (an async function has no sync path, a sync
@@ -15,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from concurrent.futures import Future
 from typing import Any, Generic, TypeAlias, TypeVar
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, ToolMessage
@@ -33,23 +32,6 @@ __all__ = ["classify_node", "decision_record", "policy_gate_node", "route_edge",
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-class _LoopThread:
-    """One daemon thread running an event loop, for sync callers of async engines."""
-
-    _lock = threading.Lock()
-    _loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    def run(cls, coro: Coroutine[Any, Any, T]) -> T:
-        with cls._lock:
-            if cls._loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="fastslow-sync", daemon=True).start()
-                cls._loop = loop
-        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, cls._loop)
-        return future.result()
 
 
 def decision_record(decision: Decision) -> dict[str, Any]:
@@ -81,19 +63,26 @@ def decision_record(decision: Decision) -> dict[str, Any]:
 
 
 class _Dual(Runnable[Any, Any], Generic[R]):
-    """A runnable whose async path awaits ``afunc`` and whose sync path runs it on the loop thread.
+    """A runnable whose async path awaits ``afunc`` and whose sync path calls ``func``.
 
     ``finish`` runs in the caller's thread and task either way, so it may call ``interrupt()``.
     """
 
-    def __init__(self, afunc: Callable[[Any], Coroutine[Any, Any, R]], finish: Callable[[Any, R], Any], name: str):
+    def __init__(
+        self,
+        afunc: Callable[[Any], Coroutine[Any, Any, R]],
+        func: Callable[[Any], R],
+        finish: Callable[[Any, R], Any],
+        name: str,
+    ):
         self.name = name
         self._afunc = afunc
+        self._func = func
         self._finish = finish
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         del config, kwargs
-        return self._finish(input, _LoopThread.run(self._afunc(input)))
+        return self._finish(input, self._func(input))
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         del config, kwargs
@@ -120,14 +109,18 @@ def _bind(incumbent: GraphIncumbent | None, state: Any) -> Incumbent | None:
     return ask
 
 
-def _decider(
+def _deciders(
     router: Router, task: str, messages_key: str, route_key: str, incumbent: GraphIncumbent | None
-) -> Callable[[Any], Coroutine[Any, Any, Decision]]:
+) -> tuple[Callable[[Any], Coroutine[Any, Any, Decision]], Callable[[Any], Decision]]:
     async def decide(state: Any) -> Decision:
         messages: Sequence[BaseMessage] = _get(state, messages_key, [])
         return await router.route(task, messages, previous=_get(state, route_key), incumbent=_bind(incumbent, state))
 
-    return decide
+    def decide_sync(state: Any) -> Decision:
+        messages: Sequence[BaseMessage] = _get(state, messages_key, [])
+        return router.route_sync(task, messages, previous=_get(state, route_key), incumbent=_bind(incumbent, state))
+
+    return decide, decide_sync
 
 
 def router_node(
@@ -158,7 +151,7 @@ def router_node(
         goto = escalate_to if decision.outcome is None else mapping.get(decision.outcome, decision.outcome)
         return Command(goto=goto, update={route_key: decision.outcome, decision_key: decision_record(decision)})
 
-    return _Dual(_decider(router, task, messages_key, route_key, incumbent), finish, f"router:{task}")
+    return _Dual(*_deciders(router, task, messages_key, route_key, incumbent), finish, f"router:{task}")
 
 
 def route_edge(
@@ -197,7 +190,7 @@ def route_edge(
             raise ConfigError(f"route_edge(send=True) needs a mapping graph state, not {type(state).__name__}")
         return Send(goto, {**state, route_key: decision.outcome, decision_key: decision_record(decision)})
 
-    return _Dual(_decider(router, task, messages_key, route_key, incumbent), finish, f"route:{task}")
+    return _Dual(*_deciders(router, task, messages_key, route_key, incumbent), finish, f"route:{task}")
 
 
 def _pending_calls(messages: Sequence[AnyMessage]) -> list[dict[str, Any]]:
@@ -232,17 +225,22 @@ def policy_gate_node(
     call to the ``tools`` node through ``Send``. The graph needs a checkpointer for review.
     """
 
-    async def evaluate(state: Any) -> list[tuple[dict[str, Any], CheckResult]]:
+    def pending(state: Any) -> tuple[list[dict[str, Any]], list[BaseMessage]]:
         messages: Sequence[AnyMessage] = _get(state, messages_key, [])
-        calls = _pending_calls(messages)
-        context = [m for m in messages[:-1] if not isinstance(m, ToolMessage)]
-        results = await asyncio.gather(
-            *(
-                router.check(task, ToolCall(id=c["id"] or "", name=c["name"], args=c["args"]), context=context)
-                for c in calls
-            )
-        )
+        return _pending_calls(messages), [m for m in messages[:-1] if not isinstance(m, ToolMessage)]
+
+    def call(c: dict[str, Any]) -> ToolCall:
+        return ToolCall(id=c["id"] or "", name=c["name"], args=c["args"])
+
+    async def evaluate(state: Any) -> list[tuple[dict[str, Any], CheckResult]]:
+        calls, context = pending(state)
+        results = await asyncio.gather(*(router.check(task, call(c), context=context) for c in calls))
         return list(zip(calls, results, strict=True))
+
+    def evaluate_sync(state: Any) -> list[tuple[dict[str, Any], CheckResult]]:
+        # One call after another: a model rarely proposes more than one or two calls at once.
+        calls, context = pending(state)
+        return [(c, router.check_sync(task, call(c), context=context)) for c in calls]
 
     def finish(state: Any, checked: list[tuple[dict[str, Any], CheckResult]]) -> Command[Any]:
         refusals: list[ToolMessage] = []
@@ -278,7 +276,7 @@ def policy_gate_node(
         ]
         return Command(goto=sends, update=update)
 
-    return _Dual(evaluate, finish, f"policy_gate:{task}")
+    return _Dual(evaluate, evaluate_sync, finish, f"policy_gate:{task}")
 
 
 def _approved(answer: Any) -> bool:
@@ -303,11 +301,16 @@ def classify_node(
     ``incumbent``: as ``router_node``'s, called with the graph state and each question's name.
     """
 
-    async def classify(state: Any) -> dict[str, Decision]:
+    def text(state: Any) -> str:
         messages: Sequence[BaseMessage] = _get(state, messages_key, [])
         human = [m for m in messages if m.type == "human"]
-        text = human[-1].text if human else json.dumps(_get(state, "input", ""))
-        return await router.classify(task, text, incumbent=_bind(incumbent, state))
+        return human[-1].text if human else json.dumps(_get(state, "input", ""))
+
+    async def classify(state: Any) -> dict[str, Decision]:
+        return await router.classify(task, text(state), incumbent=_bind(incumbent, state))
+
+    def classify_sync(state: Any) -> dict[str, Decision]:
+        return router.classify_sync(task, text(state), incumbent=_bind(incumbent, state))
 
     def finish(state: Any, decided: dict[str, Decision]) -> dict[str, Any]:
         del state
@@ -316,4 +319,4 @@ def classify_node(
             decisions_key: {name: decision_record(d) for name, d in decided.items()},
         }
 
-    return _Dual(classify, finish, f"classify:{task}")
+    return _Dual(classify, classify_sync, finish, f"classify:{task}")

@@ -8,15 +8,15 @@ number of replicas can run side by side.
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeAlias, TypeVar, cast
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from langchain_core.messages import BaseMessage
 
 from ._answers import Answer, NoAnswer
 from ._chat import THOUGHT_TASK, ChatEngine, ToolCall
+from ._checks import check_state, combine, read_size, shadow_verdict
 from ._decisions import (
     Decision,
     EngineFailure,
@@ -26,19 +26,24 @@ from ._decisions import (
     decide_check,
     escalated_by_system2,
 )
-from ._engine import DecisionEngine
-from ._errors import ConfigError, EngineError, EngineTimeout, InvalidRequest
+from ._engine import DecisionEngine, SyncDecide
+from ._errors import ConfigError, EngineError, EngineTimeout
 from ._escalate import ask_system2
 from ._questions import Question, State
 from ._settings import EngineName
-from ._tasks import CheckTask, ClassifyTask, PolicySet, RouteTask, Task, TaskCommon
+from ._sync import NOT_NOW, Plan, Step, _NotNow, run_async, run_sync
+from ._tasks import CheckTask, ClassifyTask, PolicySet, RouteTask, Rule, Task, TaskCommon
 from ._turns import split_turns
 from ._work import budget_s
 
 __all__ = ["ChatSource", "CheckResult", "DecisionSink", "EngineSource", "Router"]
 
-T = TypeVar("T", bound=Task)
+T = TypeVar("T")
+K = TypeVar("K", bound=Task)
 NO_FRONTIER = "no frontier model configured"
+
+Asked: TypeAlias = tuple[Mapping[str, Answer | NoAnswer | EngineFailure], str]
+"""The engine's answers, and the learned-examples version it was trained with for the task."""
 
 
 class EngineSource(Protocol):
@@ -58,9 +63,18 @@ Incumbent: TypeAlias = Callable[[str], Awaitable[str | None]]
 
 
 class DecisionSink(Protocol):
-    """Where decisions are recorded (the decision log)."""
+    """Where decisions are recorded (the decision log).
+
+    A sink may also have ``record_many(decisions, *, state)`` (one commit for a call's decisions)
+    and ``record_from_thread(decisions, *, state) -> bool``: queue them from a thread outside any
+    event loop without waiting, ``False`` when it cannot (the sync router then awaits ``record``).
+    """
 
     async def record(self, decision: Decision, *, state: State) -> None: ...
+
+
+QueueFromThread: TypeAlias = Callable[..., bool]
+"""A sink's ``record_from_thread``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,7 +115,7 @@ class Router:
     def policy(self) -> PolicySet:
         return self._policies()
 
-    def _task(self, policy: PolicySet, name: str, kind: type[T]) -> T:
+    def _task(self, policy: PolicySet, name: str, kind: type[K]) -> K:
         task = policy.tasks.get(name)
         if task is None:
             raise ConfigError(f"no task {name!r} in the policy; tasks: {', '.join(policy.tasks)}", key=f"tasks.{name}")
@@ -109,7 +123,7 @@ class Router:
             raise ConfigError(f"task {name!r} is a {task.kind} task, not a {kind.__name__}", key=f"tasks.{name}.kind")
         return task
 
-    async def _ask(
+    def _ask(
         self,
         task: TaskCommon,
         policy: PolicySet,
@@ -117,7 +131,7 @@ class Router:
         questions: Mapping[str, Question],
         *,
         violations: Mapping[str, str] | None = None,
-    ) -> tuple[Mapping[str, Answer | NoAnswer | EngineFailure], str]:
+    ) -> Step[Asked]:
         """The engine's answers, and the version of the learned examples it was trained with for ``task``."""
         engine = self._engines.engine_for(task.engine, policy)
         learned: Mapping[str, str] = getattr(engine, "examples_versions", None) or {}
@@ -127,15 +141,28 @@ class Router:
         options = task.read if timeout == task.read.timeout_s else replace(task.read, timeout_s=timeout)
         if violations:
             options = replace(options, violations=violations)
-        try:
-            async with asyncio.timeout(timeout):
-                reply = await engine.decide(state, questions, options=options)
-        except (TimeoutError, EngineTimeout) as exc:
-            failure = EngineFailure(message=f"System 1 timed out: {exc}".rstrip(": "), timeout=True)
-            return dict.fromkeys(questions, failure), version
-        except EngineError as exc:
-            return dict.fromkeys(questions, EngineFailure(message=str(exc))), version
-        return reply.answers, version
+
+        async def run() -> Asked:
+            try:
+                async with asyncio.timeout(timeout):
+                    reply = await engine.decide(state, questions, options=options)
+            except (TimeoutError, EngineTimeout, EngineError) as exc:
+                return _failed(questions, exc), version
+            return reply.answers, version
+
+        decide_sync: SyncDecide | None = getattr(engine, "decide_sync", None)
+        if decide_sync is None:
+            return Step(run)
+
+        def now() -> Asked | _NotNow:
+            # The engine bounds a sync call by ``options.timeout_s`` itself: no event loop to cancel it.
+            try:
+                reply = decide_sync(state, questions, options=options)
+            except (EngineTimeout, EngineError) as exc:
+                return _failed(questions, exc), version
+            return NOT_NOW if reply is None else (reply.answers, version)
+
+        return Step(run, now)
 
     def _chat(self, task: TaskCommon, policy: PolicySet) -> tuple[ChatEngine | None, str]:
         chat = self._chats.chat_for(task.escalate_to or policy.default_escalate_to)
@@ -205,17 +232,26 @@ class Router:
             return replace(asked, outcome=None, escalate=True, reason="shadow", detail=f"{detail}; {asked.detail}")
         return replace(asked, reason="shadow", detail=detail)
 
-    async def _record(self, decisions: Sequence[Decision], state: State) -> None:
-        if self._sink is None:
-            return
-        # A check's rules (a classification's questions) belong together: one commit where the sink
-        # can batch them, such as the decision log.
-        record_many = getattr(self._sink, "record_many", None)
-        if record_many is not None and len(decisions) > 1:
-            await record_many(decisions, state=state)
-            return
-        for decision in decisions:
-            await self._sink.record(decision, state=state)
+    def _record(self, decisions: Sequence[Decision], state: State) -> Step[None] | None:
+        """The step recording ``decisions``, or ``None`` without a sink."""
+        sink = self._sink
+        if sink is None:
+            return None
+
+        async def run() -> None:
+            # A check's rules (a classification's questions) belong together: one commit where the
+            # sink can batch them, such as the decision log.
+            record_many = getattr(sink, "record_many", None)
+            if record_many is not None and len(decisions) > 1:
+                await record_many(decisions, state=state)
+                return
+            for decision in decisions:
+                await sink.record(decision, state=state)
+
+        queue: QueueFromThread | None = getattr(sink, "record_from_thread", None)
+        if queue is None:
+            return Step(run)
+        return Step(run, lambda: None if queue(decisions, state=state) else NOT_NOW)
 
     async def route(
         self,
@@ -230,6 +266,27 @@ class Router:
         ``incumbent`` is what decides a task in shadow mode (``mode: shadow``) instead of System 2:
         called with the task's name, it returns the route (``None``: it could not say).
         """
+        return await run_async(self._route(task_name, messages, previous, incumbent))
+
+    def route_sync(
+        self,
+        task_name: str,
+        messages: Sequence[BaseMessage],
+        *,
+        previous: str | None = None,
+        incumbent: Incumbent | None = None,
+    ) -> Decision:
+        """``route`` for sync code: the same decision, made in the calling thread where it can be.
+
+        An engine with a sync client (``JevEngine``) is asked from this thread and a write-behind
+        decision log only queues, so the common decision never waits on an event loop; System 2, a
+        durable commit and engines without a sync path run on a private event loop thread.
+        """
+        return run_sync(self._route(task_name, messages, previous, incumbent))
+
+    def _route(
+        self, task_name: str, messages: Sequence[BaseMessage], previous: str | None, incumbent: Incumbent | None
+    ) -> Plan[Decision]:
         policy = self.policy
         task = self._task(policy, task_name, RouteTask)
         current, earlier = split_turns(messages, task.context_turns)
@@ -237,7 +294,8 @@ class Router:
         questions: dict[str, Question] = {task.name: task.question}
         if task.open_ended is not None:
             questions[f"{task.name}.open_ended"] = task.open_ended.question
-        answers, learned = await self._ask(task, policy, state, questions)
+        asked: Asked = yield self._ask(task, policy, state, questions)
+        answers, learned = asked
         decision = decide_answer(
             task.name,
             answers[task.name],
@@ -245,25 +303,32 @@ class Router:
             calibration=task.calibration,
             none_option=task.none_option,
             policy_version=policy.version,
+            examples_version=learned,
         )
-        decision = replace(decision, examples_version=learned)
         if task.mode == "shadow":
-            decision = await self._shadow(decision, task, policy, task.question, state, incumbent, task.name)
-            await self._record([decision], state)
-            return decision
-        open_ended = answers.get(f"{task.name}.open_ended")
-        if task.open_ended is not None and isinstance(open_ended, Answer):
-            p = open_ended.probabilities["yes"]
-            if p >= task.open_ended.threshold:
-                decision = replace(decision, outcome=None, escalate=True, reason="open_ended", confidence=p)
-        decision = self._stick(task, decision, previous)
-        if decision.escalate and decision.reason != "open_ended" and decision.reason not in ("engine_error", "timeout"):
-            decision = await self._escalate(decision, task, policy, task.question, state)
-        elif decision.escalate and decision.reason in ("engine_error", "timeout") and task.on_failure == "escalate":
-            decision = await self._escalate(decision, task, policy, task.question, state)
-        decision = audited(decision, task.audit_rate)
-        await self._record([decision], state)
+            decision = yield self._later(
+                self._shadow(decision, task, policy, task.question, state, incumbent, task.name)
+            )
+        else:
+            open_ended = answers.get(f"{task.name}.open_ended")
+            if task.open_ended is not None and isinstance(open_ended, Answer):
+                p = open_ended.probabilities["yes"]
+                if p >= task.open_ended.threshold:
+                    decision = replace(decision, outcome=None, escalate=True, reason="open_ended", confidence=p)
+            decision = self._stick(task, decision, previous)
+            failed = decision.reason in ("engine_error", "timeout")
+            if decision.escalate and decision.reason != "open_ended" and (not failed or task.on_failure == "escalate"):
+                decision = yield self._later(self._escalate(decision, task, policy, task.question, state))
+            decision = audited(decision, task.audit_rate)
+        record = self._record([decision], state)
+        if record is not None:
+            yield record
         return decision
+
+    @staticmethod
+    def _later(coro: Coroutine[Any, Any, T]) -> Step[T]:
+        """A step with no sync form: System 2 or the incumbent, awaited (on the loop thread for sync callers)."""
+        return Step(lambda: coro)
 
     @staticmethod
     def _stick(task: RouteTask, decision: Decision, previous: str | None) -> Decision:
@@ -291,30 +356,39 @@ class Router:
 
         In shadow mode ``incumbent`` (called with each question's name) or System 2 answers instead.
         """
+        return await run_async(self._classify(task_name, state, incumbent))
+
+    def classify_sync(self, task_name: str, state: State, *, incumbent: Incumbent | None = None) -> dict[str, Decision]:
+        """``classify`` for sync code, in the calling thread where it can be (as ``route_sync``)."""
+        return run_sync(self._classify(task_name, state, incumbent))
+
+    def _classify(self, task_name: str, state: State, incumbent: Incumbent | None) -> Plan[dict[str, Decision]]:
         policy = self.policy
         task = self._task(policy, task_name, ClassifyTask)
         names = {f"{task.name}.{q}": q for q in task.questions}
-        answers, learned = await self._ask(task, policy, state, {full: task.questions[q] for full, q in names.items()})
-
-        async def one(full: str, short: str) -> Decision:
+        asked: Asked = yield self._ask(task, policy, state, {full: task.questions[q] for full, q in names.items()})
+        answers, learned = asked
+        decided: dict[str, Decision] = {}
+        later: dict[str, Coroutine[Any, Any, Decision]] = {}
+        for full, short in names.items():
             decision = decide_answer(
                 task.name,
                 answers[full],
                 thresholds=task.thresholds,
                 calibration=task.calibration.for_question(short),
                 policy_version=policy.version,
+                question=short,
+                examples_version=learned,
             )
-            decision = replace(decision, question=short, examples_version=learned)
-            if task.mode == "shadow":
-                return await self._shadow(decision, task, policy, task.questions[short], state, incumbent, short)
+            question = task.questions[short]
             failed = decision.reason in ("engine_error", "timeout")
-            if decision.escalate and (not failed or task.on_failure == "escalate"):
-                decision = await self._escalate(decision, task, policy, task.questions[short], state)
-            return decision
-
-        decided = [audited(d, task.audit_rate) for d in await asyncio.gather(*(one(f, s) for f, s in names.items()))]
-        await self._record(decided, state)
-        return dict(zip(names.values(), decided, strict=True))
+            if task.mode == "shadow":
+                later[full] = self._shadow(decision, task, policy, question, state, incumbent, short)
+            elif decision.escalate and (not failed or task.on_failure == "escalate"):
+                later[full] = self._escalate(decision, task, policy, question, state)
+            decided[full] = decision
+        out: dict[str, Decision] = yield from self._finish(task, names, decided, later, state)
+        return out
 
     async def check(
         self,
@@ -329,17 +403,39 @@ class Router:
         In shadow mode ``incumbent`` (called with each rule's name, returning ``allow``, ``review``
         or ``deny``) or System 2 judges instead; what nobody could judge is denied.
         """
+        return await run_async(self._check(task_name, item, context, incumbent))
+
+    def check_sync(
+        self,
+        task_name: str,
+        item: str | ToolCall | Mapping[str, Any],
+        *,
+        context: Sequence[BaseMessage] = (),
+        incumbent: Incumbent | None = None,
+    ) -> CheckResult:
+        """``check`` for sync code, in the calling thread where it can be (as ``route_sync``)."""
+        return run_sync(self._check(task_name, item, context, incumbent))
+
+    def _check(
+        self,
+        task_name: str,
+        item: str | ToolCall | Mapping[str, Any],
+        context: Sequence[BaseMessage],
+        incumbent: Incumbent | None,
+    ) -> Plan[CheckResult]:
         policy = self.policy
         task = self._task(policy, task_name, CheckTask)
-        state = _check_state(item, context, task)
+        state = check_state(item, context, task)
         names = {f"{task.name}.{r}": r for r in task.rules}
         read_limit = self._engines.engine_for(task.engine, policy).limits.max_read_chars
-        size = _read_size(state) if read_limit is not None else 0
+        size = read_size(state) if read_limit is not None else 0
         questions = {full: task.rules[r].question for full, r in names.items()}
         violations = {full: task.rules[r].action.violation for full, r in names.items()}
-        answers, _ = await self._ask(task, policy, state, questions, violations=violations)
-
-        async def one(full: str, short: str) -> Decision:
+        asked: Asked = yield self._ask(task, policy, state, questions, violations=violations)
+        answers, _ = asked
+        decided: dict[str, Decision] = {}
+        later: dict[str, Coroutine[Any, Any, Decision]] = {}
+        for full, short in names.items():
             rule = task.rules[short]
             decision = decide_check(
                 task.name,
@@ -348,107 +444,91 @@ class Router:
                 calibration=task.calibration.for_question(short),
                 on_failure=task.on_failure,
                 policy_version=policy.version,
+                question=short,
             )
-            decision = replace(decision, question=short)
             if task.mode == "shadow":
-                judged = await self._shadow(decision, task, policy, rule.question, state, incumbent, short, context)
-                return _shadow_verdict(judged, rule.action.violation, incumbent is not None)
-            if read_limit is not None and size > read_limit and decision.verdict == "allow":
+                later[full] = self._shadow_check(decision, task, policy, rule, state, incumbent, short, context)
+            elif read_limit is not None and size > read_limit and decision.verdict == "allow":
                 # System 1 read only the first read_limit characters: what it allowed is not all there is.
-                return replace(
+                decision = replace(
                     decision,
                     outcome=task.on_oversize,
                     verdict=task.on_oversize,
                     reason="oversize",
                     detail=f"the state has {size} characters; System 1 reads at most {read_limit}",
                 )
-            if not decision.escalate:
-                return decision
-            escalated = await self._escalate(decision, task, policy, rule.question, state, context)
-            if escalated.system != 2:
-                # Nobody could judge it: fail closed rather than let the call through.
-                return replace(escalated, outcome="deny", verdict="deny", escalate=False)
-            verdict: Verdict = "deny" if escalated.outcome == rule.action.violation else "allow"
-            return replace(escalated, outcome=verdict, verdict=verdict)
-
-        results = await asyncio.gather(*(one(f, s) for f, s in names.items()))
-        decided = {name: audited(d, task.audit_rate) for name, d in zip(names.values(), results, strict=True)}
-        await self._record(list(decided.values()), state)
-        verdict, rule = _combine(decided)
+            elif decision.escalate:
+                later[full] = self._escalate_check(decision, task, policy, rule, state, context)
+            decided[full] = decision
+        out: dict[str, Decision] = yield from self._finish(task, names, decided, later, state)
+        verdict, rule_name = combine(out)
         return CheckResult(
             task=task.name,
             verdict=verdict,
-            rule=rule,
-            decisions=decided,
-            system2=any(d.system == 2 for d in decided.values()),
+            rule=rule_name,
+            decisions=out,
+            system2=any(d.system == 2 for d in out.values()),
             policy_version=policy.version,
         )
 
+    def _finish(
+        self,
+        task: TaskCommon,
+        names: Mapping[str, str],
+        decided: dict[str, Decision],
+        later: Mapping[str, Coroutine[Any, Any, Decision]],
+        state: State,
+    ) -> Plan[dict[str, Decision]]:
+        """A classification's or a check's last steps: what needs System 2 (together), the audit, the record."""
+        if later:
+            settled: dict[str, Decision] = yield self._later(_gather(later))
+            decided.update(settled)
+        out = {short: audited(decided[full], task.audit_rate) for full, short in names.items()}
+        record = self._record(list(out.values()), state)
+        if record is not None:
+            yield record
+        return out
 
-def _shadow_verdict(decision: Decision, violation: str, from_incumbent: bool) -> Decision:
-    """A shadow check's verdict: the incumbent's own, System 2's option as a verdict; nobody's denies."""
-    if decision.outcome is None:
-        return replace(decision, outcome="deny", verdict="deny", escalate=False)
-    if from_incumbent:
-        verdict = cast(Verdict, decision.outcome) if decision.outcome in ("allow", "review", "deny") else "deny"
+    async def _shadow_check(
+        self,
+        decision: Decision,
+        task: CheckTask,
+        policy: PolicySet,
+        rule: Rule,
+        state: State,
+        incumbent: Incumbent | None,
+        name: str,
+        context: Sequence[BaseMessage],
+    ) -> Decision:
+        judged = await self._shadow(decision, task, policy, rule.question, state, incumbent, name, context)
+        return shadow_verdict(judged, rule.action.violation, incumbent is not None)
+
+    async def _escalate_check(
+        self,
+        decision: Decision,
+        task: CheckTask,
+        policy: PolicySet,
+        rule: Rule,
+        state: State,
+        context: Sequence[BaseMessage],
+    ) -> Decision:
+        escalated = await self._escalate(decision, task, policy, rule.question, state, context)
+        if escalated.system != 2:
+            # Nobody could judge it: fail closed rather than let the call through.
+            return replace(escalated, outcome="deny", verdict="deny", escalate=False)
+        verdict: Verdict = "deny" if escalated.outcome == rule.action.violation else "allow"
+        return replace(escalated, outcome=verdict, verdict=verdict)
+
+
+def _failed(questions: Mapping[str, Question], exc: BaseException) -> dict[str, EngineFailure]:
+    """Every question's answer when the engine could not answer at all."""
+    if isinstance(exc, (TimeoutError, EngineTimeout)):
+        failure = EngineFailure(message=f"System 1 timed out: {exc}".rstrip(": "), timeout=True)
     else:
-        verdict = "deny" if decision.outcome == violation else "allow"
-    return replace(decision, outcome=verdict, verdict=verdict)
+        failure = EngineFailure(message=str(exc))
+    return dict.fromkeys(questions, failure)
 
 
-def _check_state(item: str | ToolCall | Mapping[str, Any], context: Sequence[BaseMessage], task: CheckTask) -> State:
-    """The System-1 state for a check: the item, plus the last few turns when there is context.
-
-    A tool call (a ``ToolCall``, or a mapping of just ``tool``/``name`` and ``arguments``/``args``)
-    becomes one compact line, the form policy examples are written in: ``shell: rm -rf /srv/data``
-    when it has one string argument, else ``send_email: to=a@example.com, subject="weekly report"``.
-    Live calls then look like the examples the embedded engine was trained on.
-    """
-
-    def line(name: str, args: Mapping[str, Any]) -> str:
-        if len(args) == 1 and isinstance(value := next(iter(args.values())), str):
-            return f"{name}: {value}"
-
-        def show(k: str, v: Any) -> str:
-            plain = isinstance(v, str) and v and not any(c in v for c in ' ,="\n')
-            if plain:
-                return str(v)
-            # The API bounds arguments' depth (limits.max_depth, at most 512) well inside what the
-            # C encoder takes; a library caller's deeper or cyclic value is refused, not a crash.
-            try:
-                return json.dumps(v, ensure_ascii=False, default=str)
-            except (RecursionError, ValueError) as exc:
-                raise InvalidRequest(f"arguments.{k}", f"cannot be encoded as JSON: {exc}") from None
-
-        return (f"{name}: " + ", ".join(f"{k}={show(k, v)}" for k, v in args.items())) if args else name
-
-    body: State
-    if isinstance(item, ToolCall):
-        body = line(item.name, item.args)
-    elif isinstance(item, Mapping):
-        name = item.get("tool", item.get("name"))
-        args = item.get("arguments", item.get("args", {}))
-        tool_shaped = len(item) <= 2 and set(item) <= {"tool", "name", "arguments", "args"}
-        if tool_shaped and isinstance(name, str) and isinstance(args, Mapping):
-            body = line(name, args)
-        else:
-            body = dict(item)
-    else:
-        body = item
-    if task.kind == "check" and context:
-        earlier = [m.text for m in context if m.text][-4:]
-        return {"item": body, "conversation": earlier}
-    return body
-
-
-def _read_size(state: State) -> int:
-    """The length of the state's text as engines read it: JSON compactly, whitespace runs as one space."""
-    text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, separators=(",", ":"))
-    return len(" ".join(text.split()))
-
-
-def _combine(decisions: Mapping[str, Decision]) -> tuple[Verdict, str]:
-    """Deny beats review beats allow; the deciding rule is the most certain violator of the worst verdict."""
-    rank = {"deny": 2, "review": 1, "allow": 0}
-    worst = max(decisions.items(), key=lambda kv: (rank[kv[1].verdict or "deny"], kv[1].confidence))
-    return worst[1].verdict or "deny", worst[0]
+async def _gather(coros: Mapping[str, Coroutine[Any, Any, Decision]]) -> dict[str, Decision]:
+    results = await asyncio.gather(*coros.values())
+    return dict(zip(coros, results, strict=True))

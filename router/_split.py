@@ -24,10 +24,13 @@ from ._errors import InvalidRequest
 from ._questions import Choice, Image, Question, Score, State
 from ._work import gather_all
 
-__all__ = ["AskFn", "split_and_ask"]
+__all__ = ["AskFn", "SyncAskFn", "ask_whole_sync", "split_and_ask"]
 
 AskFn = Callable[[State, Mapping[str, Question], Sequence[Image], ReadOptions], Awaitable[EngineReply]]
 """Answers a request already within the engine's limits."""
+
+SyncAskFn = Callable[[State, Mapping[str, Question], Sequence[Image], ReadOptions], EngineReply]
+"""``AskFn`` for sync code: answers a request within the engine's limits, blocking."""
 
 _MAX_PARALLEL = 8
 
@@ -82,6 +85,57 @@ def _merge_signals(parts: Sequence[Signals]) -> Signals:
     )
 
 
+def _validate(limits: EngineLimits, questions: Mapping[str, Question], images: Sequence[Image], engine: str) -> None:
+    if images and not limits.accepts_images:
+        raise InvalidRequest("images", f"engine {engine!r} does not take images")
+    if not questions:
+        raise InvalidRequest("questions", "at least one question is needed")
+    for name, question in questions.items():
+        if len(question.options) < limits.min_options:
+            raise InvalidRequest(
+                f"questions.{name}.criteria", f"engine {engine!r} needs at least {limits.min_options} options"
+            )
+
+
+def _fits(limits: EngineLimits, questions: Mapping[str, Question]) -> bool:
+    """Whether one request within ``limits`` carries ``questions`` as they are."""
+    if limits.max_questions is not None and len(questions) > limits.max_questions:
+        return False
+    for question in questions.values():
+        limit = _option_limit(question, limits)
+        if limit is not None and len(question.options) > limit:
+            return False
+    return True
+
+
+def ask_whole_sync(
+    ask: SyncAskFn,
+    limits: EngineLimits,
+    state: State,
+    questions: Mapping[str, Question],
+    *,
+    images: Sequence[Image] = (),
+    options: ReadOptions | None = None,
+    engine: str,
+) -> EngineReply | None:
+    """``split_and_ask`` in the calling thread for a request ``limits`` take whole; ``None`` when it must be split.
+
+    The reply is the one ``split_and_ask`` would give for the same request.
+    """
+    _validate(limits, questions, images, engine)
+    if not _fits(limits, questions):
+        return None
+    started = time.perf_counter()
+    return _whole(ask(state, questions, images, options or ReadOptions()), questions, engine, started)
+
+
+def _whole(reply: EngineReply, questions: Mapping[str, Question], engine: str, started: float) -> EngineReply:
+    """The reply to a request sent whole, as the merge of a split one would give it."""
+    elapsed = (time.perf_counter() - started) * 1000.0
+    answers = {name: _renamed(reply.answers[name], name, q, elapsed) for name, q in questions.items()}
+    return EngineReply(answers=answers, engine=engine, model=reply.model, latency_ms=elapsed, usage=reply.usage)
+
+
 async def _ask_chunked(
     ask: AskFn,
     limits: EngineLimits,
@@ -121,20 +175,16 @@ async def split_and_ask(
     engine: str,
 ) -> EngineReply:
     """Answer ``questions`` through ``ask``, splitting whatever exceeds ``limits``."""
-    if images and not limits.accepts_images:
-        raise InvalidRequest("images", f"engine {engine!r} does not take images")
-    if not questions:
-        raise InvalidRequest("questions", "at least one question is needed")
+    _validate(limits, questions, images, engine)
     opts = options or ReadOptions()
     started = time.perf_counter()
+    if _fits(limits, questions):
+        # Nothing to split, so no tasks to gather: the common call stays in the caller's task.
+        return _whole(await ask(state, questions, images, opts), questions, engine, started)
 
     flat: dict[str, Question] = {}
     grouped: list[_Grouped] = []
     for name, question in questions.items():
-        if len(question.options) < limits.min_options:
-            raise InvalidRequest(
-                f"questions.{name}.criteria", f"engine {engine!r} needs at least {limits.min_options} options"
-            )
         limit = _option_limit(question, limits)
         if limit is None or len(question.options) <= limit:
             flat[name] = question

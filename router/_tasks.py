@@ -134,10 +134,19 @@ class RouteTask(TaskCommon):
     context_turns: int = 2
     """Earlier turns shown with the current user turn."""
     sticky: Sticky = field(default_factory=Sticky)
+    _question: Choice | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def question(self) -> Choice:
-        return Choice(criteria={r.name: r.description for r in self.routes.values()}, instructions=self.instructions)
+        # Asked on every routing call: built on first use, then the same object, which also lets
+        # engines keep what they derive from it (the Jev client's wire form).
+        if self._question is None:
+            made = Choice(
+                criteria={r.name: r.description for r in self.routes.values()}, instructions=self.instructions
+            )
+            object.__setattr__(self, "_question", made)
+            return made
+        return self._question
 
     @property
     def examples(self) -> Examples:

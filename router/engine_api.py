@@ -3,7 +3,9 @@
 A System-1 engine implements ``DecisionEngine`` (one async ``decide(state, questions)`` plus
 ``aclose()``) and answers with an ``EngineReply`` of ``fastslow.router.Answer`` /
 ``fastslow.router.NoAnswer`` values; a request beyond its ``EngineLimits`` is cut to size by
-``split_and_ask``, and ``Deadline`` carries one time budget across retries. ``CoalescingEngine``
+``split_and_ask``, and ``Deadline`` carries one time budget across retries. An engine that can also
+answer from sync code in the caller's thread implements ``SyncDecisionEngine`` (``decide_sync``,
+with ``ask_whole_sync`` for requests within its limits). ``CoalescingEngine``
 sends concurrent calls about one state to an engine as one call. Blocking work runs
 through ``run_blocking`` in bounded steps that check a ``StopToken``; ``FairLock`` shares a model
 between tenants step by step. A System-2 engine
@@ -17,7 +19,7 @@ User text reaches an engine only after ``neutralise``; model thoughts never leav
 from ._answers import EngineReply, Usage, normalise_distribution
 from ._chat import THOUGHT_TASK, ChatEngine, ChatResult, ToolOutcome, ToolRunner, ToolSpec, ToolStep
 from ._coalesce import CoalescingEngine
-from ._engine import DecisionEngine, EngineLimits
+from ._engine import DecisionEngine, EngineLimits, SyncDecisionEngine
 from ._questions import (
     MAX_STATE_CHARS,
     NOUL_OPTIONS,
@@ -27,7 +29,7 @@ from ._questions import (
     validate_state,
 )
 from ._sanitize import CONTROL_STRINGS, neutralise, neutralise_text, strip_thoughts
-from ._split import AskFn, split_and_ask
+from ._split import AskFn, SyncAskFn, ask_whole_sync, split_and_ask
 from ._timing import Deadline
 from ._wire import SystemOneRequest, parse_systemone_request, render_systemone_reply
 from ._work import Abandoned, FairGate, FairLock, StopToken, gather_all, run_blocking
@@ -49,12 +51,15 @@ __all__ = [
     "FairGate",
     "FairLock",
     "StopToken",
+    "SyncAskFn",
+    "SyncDecisionEngine",
     "SystemOneRequest",
     "ToolOutcome",
     "ToolRunner",
     "ToolSpec",
     "ToolStep",
     "Usage",
+    "ask_whole_sync",
     "gather_all",
     "neutralise",
     "neutralise_text",

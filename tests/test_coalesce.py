@@ -303,6 +303,20 @@ def test_the_answer_cache_is_bounded_least_recently_used_first() -> None:
     assert len(cache) == 2 and cache.get("b") is None and cache.get("a") is answers["a"]
 
 
+def test_cached_answers_expire_after_their_ttl() -> None:
+    now = [1000.0]
+    cache = AnswerCache(ttl_s=5.0, entries=10, clock=lambda: now[0])
+    answer = Answer(question="a", kind="noul", probabilities={"yes": 1.0, "no": 0.0}, engine="e", model="m")
+    cache.put("a", answer)
+    now[0] += 4.9
+    assert cache.get("a") is answer
+    now[0] += 0.2  # 5.1 s after it was put: a read does not extend its life
+    assert cache.get("a") is None and len(cache) == 0
+    cache.put("a", answer)  # put again, it lives another ttl from now
+    now[0] += 4.9
+    assert cache.get("a") is answer
+
+
 def _policy(version: str) -> PolicySet:
     routes = {"billing": Route(name="billing"), "technical": Route(name="technical")}
     return PolicySet(tasks={"support": RouteTask(name="support", routes=routes)}, version=version)

@@ -302,3 +302,49 @@ async def test_a_refused_decision_fails_only_its_own_caller(store: DecisionStore
     assert isinstance(results[0], IntegrityError)  # its id was recorded already
     assert results[1:] == [None] * 4
     assert all([await store.get(d.id, tenant="acme") is not None for d in innocent])
+
+
+# -- sync callers, from their own threads ------------------------------------------------------------
+
+
+async def test_threads_queue_without_waiting_once_the_writer_runs(store: DecisionStore) -> None:
+    writer = store.writer
+    # Before the writer has a loop, a thread cannot reach it: the caller records through the loop.
+    assert not writer.record_from_thread([a_decision()], tenant="acme", state="early")
+    await writer.record([a_decision()], tenant="acme", state="first")
+    decisions = [a_decision(latency_ms=float(i)) for i in range(50)]
+    queued = await asyncio.gather(
+        *(
+            asyncio.to_thread(writer.record_from_thread, [d], tenant="acme", state={"i": i})
+            for i, d in enumerate(decisions)
+        )
+    )
+    assert all(queued)
+    await store.flush()
+    for i, decision in enumerate(decisions):
+        stored = await store.get(decision.id, tenant="acme")
+        assert stored is not None and stored.latency_ms == float(i)
+
+
+async def test_a_full_queue_or_a_closed_writer_sends_threads_back_to_the_loop(database_url: str) -> None:  # noqa: F811
+    store = await DecisionStore.open(database_url, queue=2, batch=1)
+    writer = store.writer
+    with commits_blocked(database_url):
+        await writer.record([a_decision()], tenant="acme", state="in flight")
+        await wait_until(lambda: writer.pending == 1 and writer._queue.empty())
+        await writer.record([a_decision()], tenant="acme", state="queued 1")
+        await writer.record([a_decision()], tenant="acme", state="queued 2")
+        # Full: a thread would have to wait for room, which only the loop's ``record`` does.
+        assert not await asyncio.to_thread(writer.record_from_thread, [a_decision()], tenant="acme", state="x")
+    await store.flush()
+    assert writer.committed == 3
+    await store.aclose()
+    assert not writer.record_from_thread([a_decision()], tenant="acme", state="late")
+
+
+async def test_the_sink_queues_from_threads_only_what_it_would_not_wait_for(store: DecisionStore) -> None:
+    await store.writer.record([a_decision()], tenant="acme", state="start")
+    behind, durable = store.sink("acme", write_behind=True), store.sink("acme")
+    assert await asyncio.to_thread(behind.record_from_thread, [a_decision()], state="s")
+    assert not await asyncio.to_thread(behind.record_from_thread, [a_decision(system=2)], state="s")
+    assert not await asyncio.to_thread(durable.record_from_thread, [a_decision()], state="s")

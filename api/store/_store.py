@@ -373,6 +373,18 @@ class _TenantSink:
     async def record(self, decision: Decision, *, state: State) -> None:
         await self.record_many((decision,), state=state)
 
+    def record_from_thread(self, decisions: Sequence[Decision], *, state: State) -> bool:
+        """Queue ``decisions`` from a sync caller's thread (``DecisionWriter.record_from_thread``).
+
+        Only what ``record_many`` would not wait for: ``False`` for a durable sink and for System-2
+        answers, which are committed before the router returns.
+        """
+        if not self._write_behind or any(d.system == 2 for d in decisions):
+            return False
+        return self._store.writer.record_from_thread(
+            decisions, tenant=self._tenant, state=state, store_state=self._keeps_state(decisions)
+        )
+
     async def record_many(self, decisions: Sequence[Decision], *, state: State) -> None:
         """All of one call's decisions in one transaction (one commit instead of several)."""
         # A System-2 answer cost a frontier model call, next to which its commit is free, and what

@@ -65,6 +65,21 @@ class _Entry:
     answers: list[dict[str, Any]] = field(default_factory=list)
 
 
+def _entry(
+    decisions: Sequence[Decision], tenant: str, state: State, store_state: bool, done: asyncio.Future[None] | None
+) -> _Entry:
+    # The state is serialised now: the caller may change it once the record call returns.
+    state_json, digest = canonical_state(state)
+    return _Entry(
+        decisions=tuple(decisions),
+        tenant=tenant,
+        digest=digest,
+        state_text=state_json if store_state else None,
+        created_at=datetime.now(UTC),
+        done=done,
+    )
+
+
 def _succeed(entry: _Entry) -> None:
     # A durable caller that gave up (its deadline passed) cancelled the future; the commit stands.
     if entry.done is not None and not entry.done.done():
@@ -101,6 +116,9 @@ class DecisionWriter:
         self._batch = batch
         self._retry_delays_s = tuple(retry_delays_s)
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The event loop the writer's task runs on, once it has started."""
+        self._from_threads: set[asyncio.Task[None]] = set()
         self._closed = False
         self._queued = 0
         self._settled = 0
@@ -147,21 +165,49 @@ class DecisionWriter:
             raise WriterClosed("the decision writer is closed")
         if not decisions:
             return
-        # The state is serialised now: the caller may change it once this returns.
-        state_json, digest = canonical_state(state)
         done = asyncio.get_running_loop().create_future() if durable else None
-        entry = _Entry(
-            decisions=tuple(decisions),
-            tenant=tenant,
-            digest=digest,
-            state_text=state_json if store_state else None,
-            created_at=datetime.now(UTC),
-            done=done,
-        )
+        entry = _entry(decisions, tenant, state, store_state, done)
         self._start()
         await self._put(entry)
         if done is not None:
             await done
+
+    def record_from_thread(
+        self, decisions: Sequence[Decision], *, tenant: str, state: State, store_state: bool = False
+    ) -> bool:
+        """Queue write-behind decisions from a thread outside the writer's event loop, without waiting.
+
+        For sync callers (``Router.route_sync``). Returns ``False``, having queued nothing, before
+        the writer has started on a loop, once it is closed, and while its queue is full: the
+        caller then awaits ``record`` on that loop, which waits for room (back-pressure holds).
+        """
+        loop = self._loop
+        if loop is None or self._closed or self._queue.full():
+            return False
+        if not decisions:
+            return True
+        entry = _entry(decisions, tenant, state, store_state, None)
+        try:
+            loop.call_soon_threadsafe(self._put_from_thread, entry)
+        except RuntimeError:  # the loop closed since the check
+            return False
+        return True
+
+    def _put_from_thread(self, entry: _Entry) -> None:
+        if self._task is None or self._task.done() or self._task.cancelling():
+            # Closed (``aclose`` past its wait) between the caller's check and now: nothing takes it.
+            self.dropped += len(entry.decisions)
+            log.error("the decision writer was closed before %d queued decision(s) reached it", len(entry.decisions))
+            return
+        if not self._queue.full():
+            self._queue.put_nowait(entry)
+            self._queued += 1
+            return
+        # Full since the caller looked: wait for room like any producer. Only threads racing the
+        # check get here, so these waiters are as many as the threads at most.
+        task = asyncio.get_running_loop().create_task(self._put(entry))
+        self._from_threads.add(task)
+        task.add_done_callback(self._from_threads.discard)
 
     async def _put(self, entry: _Entry) -> None:
         # ``_queued`` is counted in the same step as the put (no await in between): ``flush`` and
@@ -202,7 +248,8 @@ class DecisionWriter:
 
     def _start(self) -> None:
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="fastslow-decision-writer")
+            self._loop = asyncio.get_running_loop()
+            self._task = self._loop.create_task(self._run(), name="fastslow-decision-writer")
 
     async def _run(self) -> None:
         try:

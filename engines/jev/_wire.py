@@ -149,6 +149,31 @@ def _placeholder(image: Image) -> str:
     return f"<image:{hashlib.blake2b(image.data, digest_size=16).hexdigest()}>"
 
 
+_WIRE_CACHE: dict[tuple[str, int, str], tuple[Question, str, WireQuestion, dict[str, Any]]] = {}
+_WIRE_CACHE_ENTRIES = 4096
+
+
+def _wire_question(name: str, question: Question, profile: JevProfile) -> tuple[str, WireQuestion, dict[str, Any]]:
+    """A question's wire name, its neutralised copy and its JSON body, made once per policy question.
+
+    A policy's questions are asked on every call; neutralising their texts again each time was a
+    tenth of a stubbed call. Keyed by identity (a question's mappings make it unhashable), and the
+    question itself is kept and compared, so a reused ``id`` never returns another question's
+    body. The bodies are shared: nothing may change them.
+    """
+    key = (name, id(question), profile.name)
+    hit = _WIRE_CACHE.get(key)
+    if hit is not None and hit[0] is question:
+        return hit[1], hit[2], hit[3]
+    wire_name = _wire_name(name)
+    wq = WireQuestion(name, question, _neutral_question(question))
+    made = (question, wire_name, wq, _question_body(wq.wire, profile))
+    if len(_WIRE_CACHE) >= _WIRE_CACHE_ENTRIES:
+        _WIRE_CACHE.clear()  # questions of passing requests (the HTTP pass-through): start again
+    _WIRE_CACHE[key] = made
+    return wire_name, wq, made[3]
+
+
 def build_request(
     state: State,
     questions: Mapping[str, Question],
@@ -166,17 +191,19 @@ def build_request(
     """
     opts = options or ReadOptions()
     wire_questions: dict[str, WireQuestion] = {}
+    bodies: dict[str, dict[str, Any]] = {}
     for name, question in questions.items():
-        wire_name = _wire_name(name)
+        wire_name, wq, question_body = _wire_question(name, question, profile)
         if wire_name in wire_questions:
             raise InvalidRequest(f"questions.{name}", "question names collide on the wire")
-        wire_questions[wire_name] = WireQuestion(name, question, _neutral_question(question))
+        wire_questions[wire_name] = wq
+        bodies[wire_name] = question_body
 
     body: dict[str, Any] = {}
     if model:
         body["model"] = model
     body["state"] = neutralise(state)
-    body["questions"] = {n: _question_body(wq.wire, profile) for n, wq in wire_questions.items()}
+    body["questions"] = bodies
     body.update(_extensions(profile, opts))
 
     parts: list[tuple[str, Image]] = []

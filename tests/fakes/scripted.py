@@ -34,6 +34,9 @@ class ScriptedEngine:
         options: ReadOptions | None = None,
     ) -> EngineReply:
         del images, options
+        return self._answer(state, questions)
+
+    def _answer(self, state: State, questions: Mapping[str, Question]) -> EngineReply:
         self.calls.append((state, list(questions)))
         answers: dict[str, Answer | NoAnswer] = {}
         for name, question in questions.items():
@@ -59,6 +62,37 @@ class ScriptedEngine:
 
     async def aclose(self) -> None:
         return None
+
+
+@dataclass
+class SyncScriptedEngine(ScriptedEngine):
+    """A ``ScriptedEngine`` that also answers sync callers (``SyncDecisionEngine``), counting each way."""
+
+    async_calls: int = 0
+    sync_calls: int = 0
+
+    async def decide(
+        self,
+        state: State,
+        questions: Mapping[str, Question],
+        *,
+        images: Sequence[Image] = (),
+        options: ReadOptions | None = None,
+    ) -> EngineReply:
+        self.async_calls += 1
+        return await super().decide(state, questions, images=images, options=options)
+
+    def decide_sync(
+        self,
+        state: State,
+        questions: Mapping[str, Question],
+        *,
+        images: Sequence[Image] = (),
+        options: ReadOptions | None = None,
+    ) -> EngineReply | None:
+        del images, options
+        self.sync_calls += 1
+        return self._answer(state, questions)
 
 
 @dataclass
