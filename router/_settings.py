@@ -88,6 +88,8 @@ class EmbeddedSettings(BaseModel):
     """The share of in-scope states the open-set score begins to doubt (``docs/policies.md``); 0 turns it off."""
     background: bool = True
     """Whether policy-check rules learn against the shipped background of ordinary text (off: for ablations)."""
+    batching: bool = True
+    """Whether concurrent requests' short reads are embedded together in one model call (off: for ablations)."""
     head: Literal["adapted", "softmax"] = "adapted"
     """How a choice learns its examples: ``adapted`` (a contrastive map and a nearest-example vote
     blended with the softmax head, ``docs/policies.md``) or ``softmax`` alone (faster to train)."""
@@ -241,6 +243,8 @@ class Settings(BaseSettings):
     coalesce: CoalesceSettings = Field(default_factory=CoalesceSettings)
     rate_limit_per_minute: int = 600
     """Requests per API key per minute (counted in the database, shared by replicas); 0: no limit."""
+    auth_cache_s: float = Field(default=5.0, ge=0.0, le=300.0)
+    """How long a replica trusts an API key it found live; a revoked key is refused within this. 0: no cache."""
 
     @classmethod
     def settings_customise_sources(

@@ -136,6 +136,19 @@ async def test_429_per_key_and_shared_by_replicas(tmp_path: Path) -> None:
     assert "fastslow_rate_limited_requests_total 1.0" in metrics
 
 
+async def test_a_batch_counts_each_item_against_the_rate_limit(tmp_path: Path) -> None:
+    settings = test_settings(tmp_path)
+    key = await new_key(settings, "acme")
+    with running_api(settings, rate_limit=RateLimit(requests=4, window_s=3600)) as api:
+        async with api_client(api.url, key) as client:
+            three = await client.post("/v1/policy-check/batch", json={"items": [CHECK] * 3})
+            two = await client.post("/v1/policy-check/batch", json={"items": [CHECK] * 2})  # 5 > 4
+            one = await client.post("/v1/policy-check", json=CHECK)  # refused calls count too, as ever
+    assert three.status_code == 200 and len(three.json()["results"]) == 3
+    assert _error(two, 429)["type"] == "rate_limited"
+    assert _error(one, 429)["type"] == "rate_limited"
+
+
 def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

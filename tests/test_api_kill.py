@@ -1,8 +1,9 @@
 """The kill test: every decision the API acknowledged survives `kill -9` of `fastslow serve`.
 
-The server runs as its own process on a free loopback port with a SQLite log in a temporary
-directory; policy checks stream in from several clients, the process is killed mid-stream, a new
-one starts on the same database, and every decision id any response carried is read back.
+The server runs as its own process on a free loopback port with its log on a real database (a
+SQLite file in a temporary directory, and a fresh PostgreSQL schema when one is reachable). Policy
+checks stream in from several clients, the process is killed mid-stream, a new one starts on the
+same database, and every decision id any response carried is read back.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import httpx2
 import pytest
 
 from fakes.api_server import REPO, api_client, test_policy
+from fakes.databases import database_url, postgres_schema_url  # noqa: F401  (fixtures)
 
 STARTUP_S = 120.0
 ACKNOWLEDGED_BEFORE_KILL = 30
@@ -32,10 +34,11 @@ CALLS = [
 ]
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
+def _env(tmp_path: Path, url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FASTSLOW_")}
     env.update(
         FASTSLOW_DATA_DIR=str(tmp_path / "data"),
+        FASTSLOW_DATABASE_URL=url,
         FASTSLOW_POLICY_FILE=str(test_policy(tmp_path)),
         FASTSLOW_SETTINGS_FILE=str(tmp_path / "none.toml"),
     )
@@ -91,8 +94,8 @@ def _serving(env: dict[str, str], log: Path) -> Iterator[tuple[subprocess.Popen[
 
 
 @pytest.mark.slow
-async def test_acknowledged_decisions_survive_kill_9(tmp_path: Path) -> None:
-    env = _env(tmp_path)
+async def test_acknowledged_decisions_survive_kill_9(tmp_path: Path, database_url: str) -> None:  # noqa: F811
+    env = _env(tmp_path, database_url)
     created = _cli(env, "keys", "create", "--tenant", "acme")
     assert created.returncode == 0, created.stderr
     key = created.stdout.strip()

@@ -8,21 +8,19 @@ another connection, so nothing in the store is patched.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from dataclasses import asdict, replace
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from fastslow.api.store import DecisionStore, DecisionWriter, WriterClosed, upgrade
-from fastslow.api.store._engine import create_store_engine, sqlite_path, sync_url
+from fastslow.api.store._engine import create_store_engine
 from fastslow.router import Decision
 
-from fakes.databases import database_url, postgres_schema_url  # noqa: F401  (fixtures)
+from fakes.databases import commits_blocked, database_url, postgres_schema_url  # noqa: F401  (fixtures)
 
 
 def a_decision(**changes: Any) -> Decision:
@@ -62,28 +60,6 @@ def count_commits(store: DecisionStore) -> list[int]:
 
     event.listen(store.engine.sync_engine, "commit", on_commit)
     return commits
-
-
-@contextmanager
-def commits_blocked(url: str) -> Iterator[None]:
-    """Another connection holds the lock every insert into ``decisions`` needs, until the block ends."""
-    path = sqlite_path(url)
-    if path is not None:
-        raw = sqlite3.connect(path, isolation_level=None)
-        try:
-            raw.execute("BEGIN IMMEDIATE")  # the write lock: inserts wait in their busy timeout
-            yield
-        finally:
-            raw.execute("ROLLBACK")
-            raw.close()
-        return
-    engine = create_engine(sync_url(url))
-    try:
-        with engine.connect() as connection, connection.begin():
-            connection.execute(text("LOCK TABLE decisions IN SHARE ROW EXCLUSIVE MODE"))
-            yield
-    finally:
-        engine.dispose()
 
 
 async def wait_until(condition: Any, *, timeout_s: float = 20.0) -> None:

@@ -27,6 +27,7 @@ from ._admission import GatedEngines
 from ._body import RequestGuardMiddleware
 from ._errors import install_error_handlers
 from ._jev_schemas import jev_components
+from ._keycache import KeyCache
 from ._metrics import ApiMetrics
 from ._ratelimit import RateLimit, RateLimiter
 from ._services import Services
@@ -82,6 +83,7 @@ def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
                 limiter=limiter,
                 engines=engines,
                 learner=learner,
+                keys=KeyCache(settings.auth_cache_s),
             )
             log.info("fastslow API ready: policy %s, engine %s", runtime.store.version, settings.engine)
             yield {"services": services}

@@ -23,10 +23,11 @@ from typing import Any, TypeAlias
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
 
 from fastslow.router import InvalidRequest, LimitsSettings
 
-__all__ = ["StrictJsonRoute", "json_depth", "parse_json_body", "strict_json"]
+__all__ = ["StrictJsonRoute", "json_depth", "model_response", "parse_json_body", "strict_json"]
 
 _BOMS = (
     # UTF-32 first: its little-endian mark starts with UTF-16's.
@@ -315,3 +316,14 @@ class StrictJsonRoute(APIRoute):
             return await handler(request)
 
         return strict_handler
+
+
+def model_response(model: BaseModel, *, status_code: int = 200) -> Response:
+    """``model`` as a JSON response, serialised once.
+
+    A route that returns the model itself has FastAPI validate it again against its
+    ``response_model`` and then encode it twice (to plain data, then to JSON). The model was
+    validated when it was built, so a route on the hot path returns this instead and keeps
+    ``response_model`` for the OpenAPI schema only.
+    """
+    return Response(model.model_dump_json().encode(), status_code=status_code, media_type="application/json")

@@ -11,13 +11,13 @@ import asyncio
 import json
 from collections.abc import Sequence
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from fastslow.router import CheckResult, LimitsSettings, PolicySet, Router, ToolCall
 
 from ._errors import ERROR_RESPONSES, ApiError
-from ._json import StrictJsonRoute, json_depth
+from ._json import StrictJsonRoute, json_depth, model_response
 from ._schemas import (
     Message,
     PolicyCheckBatchRequest,
@@ -27,7 +27,7 @@ from ._schemas import (
     RuleResult,
 )
 from ._services import Services
-from .deps import ServicesDep, TenantRouterDep
+from .deps import CallerDep, ServicesDep, TenantRouterDep, rate_limited
 
 __all__ = ["router", "to_messages"]
 
@@ -122,28 +122,35 @@ async def _check(
     names = _policies(tenant_router.policy, body.policies, where)
     item = _item(body, where, services.settings.limits)
     context = to_messages(body.context)
-    results = await asyncio.gather(*(tenant_router.check(name, item, context=context) for name in names))
+    if len(names) == 1:  # the common call: no tasks to gather
+        results = [await tenant_router.check(names[0], item, context=context)]
+    else:
+        results = list(await asyncio.gather(*(tenant_router.check(n, item, context=context) for n in names)))
     for result in results:
         services.metrics.observe_decisions(list(result.decisions.values()), engine=services.engine_of(result.task))
     return _response(results)
 
 
 @router.post("/policy-check", response_model=PolicyCheckResponse, responses=ERROR_RESPONSES)
-async def policy_check(
-    body: PolicyCheckRequest, tenant_router: TenantRouterDep, services: ServicesDep
-) -> PolicyCheckResponse:
+async def policy_check(body: PolicyCheckRequest, tenant_router: TenantRouterDep, services: ServicesDep) -> Response:
     """Check one text or tool call against the named policies: allow, review or deny, with each rule's probability."""
-    return await _check(tenant_router, services, body)
+    return model_response(await _check(tenant_router, services, body))
 
 
 @router.post("/policy-check/batch", response_model=PolicyCheckBatchResponse, responses=ERROR_RESPONSES)
 async def policy_check_batch(
-    body: PolicyCheckBatchRequest, tenant_router: TenantRouterDep, services: ServicesDep
-) -> PolicyCheckBatchResponse:
-    """Check many items in one call; results come back in the order of ``items``."""
+    body: PolicyCheckBatchRequest, tenant_router: TenantRouterDep, services: ServicesDep, caller: CallerDep
+) -> Response:
+    """Check many items in one call; results come back in the order of ``items``.
+
+    Each item counts against the key's rate limit: the request was counted once before its body
+    was read, its other items are counted here, before any decision is made.
+    """
     for i, item in enumerate(body.items):  # refuse a bad item before any decision is made
         _policies(tenant_router.policy, item.policies, f"items.{i}.")
         _item(item, f"items.{i}.", services.settings.limits)
+    if len(body.items) > 1:
+        await rate_limited(services, caller, n=len(body.items) - 1)
     # Bounded, so one batch cannot take every worker thread of the embedded engine from other callers.
     slots = asyncio.Semaphore(BATCH_CONCURRENCY)
 
@@ -152,4 +159,4 @@ async def policy_check_batch(
             return await _check(tenant_router, services, item)
 
     results = await asyncio.gather(*(one(item) for item in body.items))
-    return PolicyCheckBatchResponse(results=list(results))
+    return model_response(PolicyCheckBatchResponse(results=list(results)))

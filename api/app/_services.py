@@ -7,7 +7,7 @@ never through module globals, so several apps can live in one process (as they d
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -18,10 +18,14 @@ from fastslow.router import Decision, DecisionSink, Router, Settings, State
 
 from ._admission import GatedEngines
 from ._errors import StoreUnavailable
+from ._keycache import KeyCache
 from ._metrics import ApiMetrics
 from ._ratelimit import RateLimiter
 
 __all__ = ["Services"]
+
+_TENANT_ROUTERS = 4096
+"""Tenants whose routers are kept; past it they are made again (a router is cheap, only not free)."""
 
 
 class _CommittedSink:
@@ -64,9 +68,22 @@ class Services:
     """The runtime's engines behind their admission gates: what every request decides with."""
     learner: Learner
     """Learning from escalations: System 2's answers and outcomes become examples (``learn:`` tasks)."""
+    keys: KeyCache
+    """Live API keys found in the last ``auth_cache_s`` seconds."""
+
+    routers: dict[str, Router] = field(default_factory=dict)
+    """Each tenant's router, made once: it holds no state but its sink, and every request needs one."""
 
     def router_for(self, tenant: str) -> Router:
         """The router recording into ``tenant``'s decision log; state is kept where the task's policy says."""
+        router = self.routers.get(tenant)
+        if router is None:
+            if len(self.routers) >= _TENANT_ROUTERS:
+                self.routers.clear()
+            router = self.routers[tenant] = self._router_for(tenant)
+        return router
+
+    def _router_for(self, tenant: str) -> Router:
         runtime = self.runtime
         router = Router(lambda: runtime.store.current, self.engines, runtime.chats)
 

@@ -31,6 +31,7 @@ __all__ = [
     "authenticate",
     "get_caller",
     "get_services",
+    "rate_limited",
 ]
 
 CALLER_STATE = "caller"
@@ -53,8 +54,12 @@ class Caller:
     key_id: str
 
 
-def get_services(request: Request) -> Services:
-    """The app's services, from the lifespan state."""
+async def get_services(request: Request) -> Services:
+    """The app's services, from the lifespan state.
+
+    ``async`` although it awaits nothing, as are the other dependencies here: FastAPI runs a plain
+    ``def`` dependency in its thread pool, a thread hop on every request for a dictionary lookup.
+    """
     services: Services = request.state.services
     return services
 
@@ -74,15 +79,31 @@ async def authenticate(services: Services, authorization: str | None) -> Caller:
     scheme, key = get_authorization_scheme_param(authorization)
     if not (scheme and key) or scheme.lower() != "bearer":
         raise ApiError(401, "missing API key: send `Authorization: Bearer <key>`", headers=_CHALLENGE)
-    try:
-        record = await services.decisions.authenticate(key)
-    except (SQLAlchemyError, OSError) as exc:
-        raise StoreUnavailable("the key store is unavailable") from exc
+    record = services.keys.get(key)
+    if record is None:
+        try:
+            record = await services.decisions.authenticate(key)
+        except (SQLAlchemyError, OSError) as exc:
+            raise StoreUnavailable("the key store is unavailable") from exc
+        if record is not None:
+            services.keys.put(key, record)
     if record is None:
         if await services.key_revoked(key):
             raise ApiError(403, "this API key was revoked; ask for a new one")
         raise ApiError(401, "unknown API key", headers=_CHALLENGE)
-    wait = await services.limiter.hit(record.id)
+    caller = Caller(tenant=record.tenant, key_id=record.id)
+    await rate_limited(services, caller)
+    return caller
+
+
+async def rate_limited(services: Services, caller: Caller, *, n: int = 1) -> None:
+    """Count ``n`` requests (a batch's items) against the caller's key.
+
+    Raises:
+        ApiError: 429 over the key's rate limit (with ``Retry-After``).
+        StoreUnavailable: the rate limiter's database did not answer (503).
+    """
+    wait = await services.limiter.hit(caller.key_id, n=n)
     if wait is not None:
         services.metrics.rate_limited.inc()
         limit = services.limiter.limit
@@ -91,7 +112,6 @@ async def authenticate(services: Services, authorization: str | None) -> Caller:
             f"rate limit exceeded: {limit.requests} requests per {limit.window_s} s for this key",
             headers={"Retry-After": str(int(wait))},
         )
-    return Caller(tenant=record.tenant, key_id=record.id)
 
 
 async def get_caller(
@@ -114,7 +134,7 @@ async def get_caller(
 CallerDep = Annotated[Caller, Depends(get_caller)]
 
 
-def get_tenant_router(services: ServicesDep, caller: CallerDep) -> Router:
+async def get_tenant_router(services: ServicesDep, caller: CallerDep) -> Router:
     """The router whose decisions go to the caller's tenant in the decision log."""
     return services.router_for(caller.tenant)
 

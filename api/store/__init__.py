@@ -8,6 +8,7 @@
 See ``docs/store.md`` for the tables, the durability promise and how keys are kept.
 """
 
+from ._codec import hash_key
 from ._engine import database_url_for, upgrade
 from ._learned import LearnedExample, LearnedExamples, LearnOutcome, LearnSource
 from ._models import RateWindowRow
@@ -28,5 +29,6 @@ __all__ = [
     "StoredOutcome",
     "WriterClosed",
     "database_url_for",
+    "hash_key",
     "upgrade",
 ]

@@ -43,7 +43,8 @@ class EmbeddedModels:
         with self._lock:
             if self._embedder is None:
                 # Shared by every engine built from these models, so concurrent reads batch together.
-                self._embedder = BatchingEmbedder(load_embedder(self.settings.embedder))
+                model = load_embedder(self.settings.embedder)
+                self._embedder = BatchingEmbedder(model) if self.settings.batching else model
             return self._embedder
 
     @property

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sqlite3
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
@@ -20,7 +22,14 @@ import pytest
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 
-__all__ = ["POSTGRES_URL", "database_url", "dump_rows", "postgres_server", "postgres_url_in_schema"]
+__all__ = [
+    "POSTGRES_URL",
+    "commits_blocked",
+    "database_url",
+    "dump_rows",
+    "postgres_server",
+    "postgres_url_in_schema",
+]
 
 # Read at import: the autouse settings fixture clears FASTSLOW_* variables before each test runs.
 POSTGRES_URL = os.environ.get("FASTSLOW_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -96,5 +105,29 @@ def dump_rows(url: str) -> str:
                 for row in connection.execute(text(f'SELECT * FROM "{table}"')):
                     out.append(f"{table}: {tuple(row)!r}")
         return "\n".join(out)
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def commits_blocked(url: str) -> Iterator[None]:
+    """Another connection holds the lock every insert into ``decisions`` needs, until the block ends."""
+    from fastslow.api.store._engine import sqlite_path, sync_url
+
+    path = sqlite_path(url)
+    if path is not None:
+        raw = sqlite3.connect(path, isolation_level=None)
+        try:
+            raw.execute("BEGIN IMMEDIATE")  # the write lock: inserts wait in their busy timeout
+            yield
+        finally:
+            raw.execute("ROLLBACK")
+            raw.close()
+        return
+    engine = create_engine(sync_url(url))
+    try:
+        with engine.connect() as connection, connection.begin():
+            connection.execute(text("LOCK TABLE decisions IN SHARE ROW EXCLUSIVE MODE"))
+            yield
     finally:
         engine.dispose()

@@ -1,0 +1,133 @@
+"""The servers ``bench/http.py`` starts, each as its own process: ``python bench/_http_servers.py KIND --port N``.
+
+* ``stub``: a Jev ``/v1/systemone`` server answering at once (every noul "no" at 0.03, every choice
+  its first option at 0.9, as ``bench/_overhead_peers.py`` answers), a bare ASGI callable under
+  uvicorn, so the stub costs the core it shares with the load generator as little as it can;
+* ``bare``: the baseline, a FastAPI app with one ``POST /v1/policy-check`` route that reads the JSON
+  body and answers with bytes captured from a real fastslow answer (``--body FILE``), run under the
+  very uvicorn configuration ``fastslow serve`` uses (``server_config``: the guarded h11 protocol,
+  its timeouts and header limit), one worker;
+* ``serve-switchable``: ``fastslow serve`` itself, for the batching on/off comparison. Rather than
+  two servers (``FASTSLOW_EMBEDDED__BATCHING=false`` turns the batching off for a whole process),
+  this process patches ``BatchingEmbedder.embed`` to go straight to the model while batching is off, and ``SIGUSR1``
+  turns it off, ``SIGUSR2`` on again (on at start: as shipped). One process for both, so the run
+  loads the encoder once, and on and off share the process, its caches and its core. Arguments
+  after ``--`` go to the CLI command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+# Run as a script, this file's folder comes first on sys.path, and bench/http.py there would shadow
+# the standard library's ``http`` package (httpx2 and uvicorn import it), so drop it.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+from fastapi import FastAPI, Request, Response  # noqa: E402 - after the sys.path fix above
+
+_HEADERS = [(b"content-type", b"application/json")]
+
+
+def _answers(questions: dict[str, Any]) -> dict[str, Any]:
+    answers: dict[str, Any] = {}
+    for name, question in questions.items():
+        if question.get("type") == "choice":
+            options = list(question["criteria"])
+            rest = 0.1 / max(len(options) - 1, 1)
+            probabilities = {o: 0.9 if i == 0 else rest for i, o in enumerate(options)}
+            answers[name] = {"type": "choice", "choice": options[0], "confidence": 0.9, "probabilities": probabilities}
+        else:
+            answers[name] = {"type": "noul", "noul": 0.03}
+    return answers
+
+
+async def stub_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The Jev stub as a plain ASGI callable: no framework between the socket and the reply."""
+    if scope["type"] != "http":
+        return
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    try:
+        questions = json.loads(body)["questions"] if body else {}
+    except (ValueError, KeyError, TypeError):
+        questions = {}
+    reply = {"model": "jev-1.13.0", "answers": _answers(questions), "usage": {"input_tokens": 40, "output_tokens": 1}}
+    content = json.dumps(reply).encode()
+    headers = [*_HEADERS, (b"content-length", str(len(content)).encode()), (b"x-request-id", b"bench")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": content})
+
+
+def bare_app(body: bytes) -> FastAPI:
+    """FastAPI with one route returning ``body``, and ``/healthz`` for the readiness wait.
+
+    ``Request`` and ``Response`` are imported at module level: FastAPI resolves the (postponed)
+    annotations in the module's globals, and a ``Request`` it cannot resolve becomes a query field.
+    """
+    app = FastAPI()
+
+    @app.post("/v1/policy-check")
+    async def policy_check(request: Request) -> Response:
+        await request.json()  # a real route reads its body; this one only parses it
+        return Response(content=body, media_type="application/json")
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+def _switchable() -> None:
+    """Batching while ``SIGUSR2`` came last (or no signal), the bare model after ``SIGUSR1``."""
+    from fastslow.engines.embedded import _batching
+
+    batched = _batching.BatchingEmbedder.embed
+    state = {"on": True}
+
+    def embed(self: Any, texts: Any, *, stop: Any = None) -> Any:
+        if state["on"]:
+            return batched(self, texts, stop=stop)
+        return self.inner.embed(texts, stop=stop)
+
+    _batching.BatchingEmbedder.embed = embed  # type: ignore[method-assign]
+    signal.signal(signal.SIGUSR1, lambda *_: state.update(on=False))
+    signal.signal(signal.SIGUSR2, lambda *_: state.update(on=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("kind", choices=("stub", "bare", "serve-switchable"))
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--body", type=Path, help="bare: the JSON bytes the route answers with")
+    args, rest = parser.parse_known_args(argv)
+    import uvicorn
+
+    if args.kind == "stub":
+        uvicorn.run(stub_app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+        return 0
+    if args.kind == "bare":
+        from fastslow.api._server import server_config
+        from fastslow.router import Settings
+
+        config = server_config(bare_app(args.body.read_bytes()), Settings(), port=args.port, log_level="warning")
+        uvicorn.Server(config).run()
+        return 0
+    _switchable()
+    from fastslow.api.cli import app
+
+    app(["serve", "--port", str(args.port), "--log-level", "warning", *[a for a in rest if a != "--"]])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
