@@ -24,26 +24,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# Run as a script, this file's folder comes first on sys.path, and bench/http.py there would shadow
-# the standard library's ``http`` package (httpx2 and uvicorn import it), so drop it.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-from fastapi import FastAPI, Request, Response  # noqa: E402 - after the sys.path fix above
+from _jev_stub import stub_answers
+from fastapi import FastAPI, Request, Response
 
 _HEADERS = [(b"content-type", b"application/json")]
-
-
-def _answers(questions: dict[str, Any]) -> dict[str, Any]:
-    answers: dict[str, Any] = {}
-    for name, question in questions.items():
-        if question.get("type") == "choice":
-            options = list(question["criteria"])
-            rest = 0.1 / max(len(options) - 1, 1)
-            probabilities = {o: 0.9 if i == 0 else rest for i, o in enumerate(options)}
-            answers[name] = {"type": "choice", "choice": options[0], "confidence": 0.9, "probabilities": probabilities}
-        else:
-            answers[name] = {"type": "noul", "noul": 0.03}
-    return answers
 
 
 async def stub_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -60,7 +44,11 @@ async def stub_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         questions = json.loads(body)["questions"] if body else {}
     except (ValueError, KeyError, TypeError):
         questions = {}
-    reply = {"model": "jev-1.13.0", "answers": _answers(questions), "usage": {"input_tokens": 40, "output_tokens": 1}}
+    reply = {
+        "model": "jev-1.13.0",
+        "answers": stub_answers(questions),
+        "usage": {"input_tokens": 40, "output_tokens": 1},
+    }
     content = json.dumps(reply).encode()
     headers = [*_HEADERS, (b"content-length", str(len(content)).encode()), (b"x-request-id", b"bench")]
     await send({"type": "http.response.start", "status": 200, "headers": headers})

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypedDict
 
 import httpx2
+from _jev_stub import stub_answers
 from langchain_core.messages import AnyMessage
 from langgraph.graph import START, add_messages
 from langgraph_jev import JevClient, JevNode, choice, route_by_decision
@@ -49,16 +50,7 @@ class BenchState(TypedDict, total=False):
 
 
 def _reply(request: httpx2.Request) -> httpx2.Response:
-    questions = json.loads(request.content)["questions"]
-    answers: dict[str, Any] = {}
-    for name, question in questions.items():
-        if question.get("type") == "choice":
-            options = list(question["criteria"])
-            rest = 0.1 / max(len(options) - 1, 1)
-            probabilities = {o: 0.9 if i == 0 else rest for i, o in enumerate(options)}
-            answers[name] = {"type": "choice", "choice": options[0], "confidence": 0.9, "probabilities": probabilities}
-        else:
-            answers[name] = {"type": "noul", "noul": 0.03}
+    answers = stub_answers(json.loads(request.content)["questions"])
     body = {"model": "jev-1.13.0", "answers": answers, "usage": {"input_tokens": 40, "output_tokens": 1}}
     return httpx2.Response(200, json=body, headers={"x-request-id": "bench"})
 
