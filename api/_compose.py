@@ -55,6 +55,7 @@ def build_runtime(settings: Settings) -> Runtime:
         ConfigError: a missing or invalid policy file, or an engine that cannot start with these settings.
     """
     source = locate_policy(settings)
+    engines = EnginePool(settings)
     store = PolicyStore(
         source.path,
         loader=partial(
@@ -62,12 +63,12 @@ def build_runtime(settings: Settings) -> Runtime:
             needs_examples=partial(needs_examples, default=settings.engine),
             default_engine=settings.engine,
         ),
+        # A reload trains the new policy's engines on the watcher's thread while the old policy and
+        # its engines keep serving, and puts the new policy in force only once they are ready: no
+        # decision waits for (or times out on) training, or meets an untrained engine.
+        activate=engines.switch,
     )
-    engines = EnginePool(settings)
-    # Train on the policy's examples now, and again on every reload, so that no decision waits
-    # for (or times out on) training.
     engines.warm(store.current)
-    store.add_listener(lambda _old, new: engines.warm(new))
     warn = partial(_warn_stale_fits, settings, source.path)
     warn(store.current)
     store.add_listener(lambda _old, new: warn(new))

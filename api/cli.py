@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO, NoReturn, cast, get_args
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, NoReturn, TypeVar, cast, get_args
 
 import typer
 
@@ -30,6 +30,12 @@ from fastslow.policies import (
 )
 from fastslow.router import ConfigError, EngineError, EngineName, InvalidRequest, Settings, get_settings
 from fastslow.router.engine_api import SystemOneRequest, parse_systemone_request, render_systemone_reply
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+    from datetime import datetime
+
+    from .store import ApiKey, DecisionStore, PruneReport
 
 __all__ = ["app"]
 
@@ -499,9 +505,7 @@ def serve(
     log_level: Annotated[str, typer.Option(help="uvicorn log level: debug, info, warning, error.")] = "info",
 ) -> None:
     """Run the HTTP API (OpenAPI docs at /docs); migrations run first, API keys come from `fastslow keys create`."""
-    import uvicorn
-
-    from ._server import server_config
+    from ._server import Server, server_config
     from .app import create_app
 
     settings = _settings(None, None)
@@ -515,7 +519,7 @@ def serve(
     _say_policy(source)
     _migrate(settings)
     # The connection limits of settings.server (timeouts, header size, framing) come with the config.
-    server = uvicorn.Server(server_config(create_app(settings), settings, host=host, port=port, log_level=log_level))
+    server = Server(server_config(create_app(settings), settings, host=host, port=port, log_level=log_level))
     server.run()
     if not server.started:
         _fail("the API did not start; see the log above", EXIT_BAD_INPUT)
@@ -559,6 +563,85 @@ def keys_create(
     )
 
 
+_T = TypeVar("_T")
+
+
+async def _with_store(settings: Settings, work: Callable[[DecisionStore], Awaitable[_T]]) -> _T:
+    """Open the decision log (migrating it first, as `keys create` does), run ``work`` on it, close it."""
+    from .store import DecisionStore, database_url_for
+
+    store = await DecisionStore.open(database_url_for(settings))
+    try:
+        return await work(store)
+    finally:
+        await store.aclose()
+
+
+def _run_store(settings: Settings, work: Callable[[DecisionStore], Awaitable[_T]]) -> _T:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        return asyncio.run(_with_store(settings, work))
+    except ConfigError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except (SQLAlchemyError, OSError) as exc:
+        _fail(f"decision log: {type(exc).__name__}: {exc}", EXIT_STORE)
+
+
+def _when(moment: datetime | None) -> str:
+    return "" if moment is None else moment.isoformat(timespec="seconds")
+
+
+@keys_app.command("list")
+def keys_list(
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's keys.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line instead of a table.")] = False,
+) -> None:
+    """List the API keys, oldest first: id, tenant, name, prefix, created, revoked (never the key)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    records = _run_store(_settings(None, None), lambda store: store.list_keys(tenant))
+    if as_json:
+        for r in records:
+            row = {"id": r.id, "tenant": r.tenant, "name": r.name, "prefix": r.prefix}
+            _write_line(row | {"created_at": _when(r.created_at), "revoked_at": _when(r.revoked_at) or None})
+        return
+    table = Table("id", "tenant", "name", "prefix", "created", "revoked", box=None)
+    for r in records:
+        table.add_row(r.id, r.tenant, r.name or "", f"{r.prefix}...", _when(r.created_at), _when(r.revoked_at))
+    # Wide enough for a whole id: a person copies it into `keys revoke`.
+    Console(width=max(160, Console().width), soft_wrap=True).print(table)
+    sys.stderr.write(f"{len(records)} key(s){'' if tenant is None else f' for tenant {tenant!r}'}\n")
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id, from `fastslow keys list`.")],
+) -> None:
+    """Revoke an API key: every replica refuses it within FASTSLOW_AUTH_CACHE_S (5 s; 0: at once)."""
+    settings = _settings(None, None)
+
+    async def revoke(store: DecisionStore) -> tuple[ApiKey | None, bool]:
+        record = await store.get_key(key_id)
+        if record is None or record.revoked_at is not None:
+            return record, False
+        return record, await store.revoke_key(key_id)
+
+    record, revoked = _run_store(settings, revoke)
+    if record is None:
+        _fail(f"no API key with id {key_id!r}; `fastslow keys list` shows the ids", EXIT_BAD_INPUT)
+    if not revoked:
+        sys.stderr.write(f"key {record.prefix}... (id {key_id}) was already revoked at {_when(record.revoked_at)}\n")
+        return
+    # Replicas trust a key they found live for auth_cache_s: say when every one of them refuses it.
+    when = f"within {settings.auth_cache_s:g} s" if settings.auth_cache_s else "at once"
+    sys.stderr.write(
+        f"revoked key {record.prefix}... (id {key_id}) of tenant {record.tenant!r}; every replica refuses it "
+        f"{when} (FASTSLOW_AUTH_CACHE_S)\n"
+    )
+
+
 db_app = typer.Typer(help="The decision log's database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
@@ -568,6 +651,80 @@ def db_upgrade() -> None:
     """Migrate the decision log to the newest schema (`fastslow serve` also does this on start)."""
     url = _migrate(_settings(None, None))
     sys.stderr.write(f"decision log at {url} is up to date\n")
+
+
+def _parse_before(text: str) -> datetime:
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        _fail(f"--before: not a date or an ISO 8601 time: {text!r} (for example 2026-01-31)", EXIT_BAD_INPUT)
+    # A date, or a time without an offset, is UTC: the log keeps every time in UTC.
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+@db_app.command("prune")
+def db_prune(
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's decisions.")] = None,
+    before: Annotated[
+        str | None,
+        typer.Option(
+            "--before",
+            help="Delete decisions made before this date or time (ISO 8601, UTC unless it says otherwise); "
+            "default: each tenant's retention (FASTSLOW_STORE__RETENTION_DAYS, ...TENANT_RETENTION_DAYS).",
+        ),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be deleted; delete nothing.")] = False,
+) -> None:
+    """Delete old decisions with their answers and outcomes, in short batches; learned examples and keys stay."""
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from .store import PruneCounts, retention_cutoff
+
+    if tenant is not None and not tenant.strip():
+        _fail("--tenant: must not be empty", EXIT_BAD_INPUT)
+    settings = _settings(None, None)
+    retention = settings.store
+    if before is None and not retention.retention_days and not any(retention.tenant_retention_days.values()):
+        _fail(
+            "--before: give a date, or set a retention (FASTSLOW_STORE__RETENTION_DAYS or "
+            "FASTSLOW_STORE__TENANT_RETENTION_DAYS); none is set, so every decision is kept",
+            EXIT_BAD_INPUT,
+        )
+    cut = _parse_before(before) if before is not None else retention_cutoff(retention, datetime.now(UTC))
+    done = PruneCounts()
+
+    # A status line on stderr, drawn only on a terminal: stdout stays the summary, for scripts.
+    status = Console(stderr=True).status("pruning the decision log ...")
+
+    def on_batch(name: str, counts: PruneCounts) -> None:
+        done.add(counts)
+        status.update(f"pruning the decision log: {done.decisions} decision(s) deleted (now: {name}) ...")
+
+    async def work(store: DecisionStore) -> PruneReport:
+        with status:
+            return await store.prune(cut, tenant=tenant, dry_run=dry_run, on_batch=on_batch)
+
+    report = _run_store(settings, work)
+    verb = "would delete" if dry_run else "deleted"
+    table = Table("tenant", "before", "decisions", "answers", "outcomes", "learned unlinked", box=None)
+    for name, counts in report.tenants.items():
+        moment = report.cutoffs[name]
+        table.add_row(
+            name,
+            "kept forever" if moment is None else _when(moment),
+            *(str(n) for n in (counts.decisions, counts.answers, counts.outcomes, counts.learned_unlinked)),
+        )
+    Console(width=max(120, Console().width), soft_wrap=True).print(table)
+    total = report.total
+    sys.stderr.write(
+        f"{verb} {total.decisions} decision(s), {total.answers} answer(s), {total.outcomes} outcome(s); "
+        f"{total.learned_unlinked} learned example(s) kept, unlinked from their decision\n"
+    )
 
 
 @app.command()

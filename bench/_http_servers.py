@@ -1,4 +1,4 @@
-"""The servers ``bench/http.py`` starts, each as its own process: ``python bench/_http_servers.py KIND --port N``.
+"""The servers ``bench/http_service.py`` starts, each its own process: ``python bench/_http_servers.py KIND``.
 
 * ``stub``: a Jev ``/v1/systemone`` server answering at once (every noul "no" at 0.03, every choice
   its first option at 0.9, as ``bench/_overhead_peers.py`` answers), a bare ASGI callable under
@@ -12,7 +12,10 @@
   this process patches ``BatchingEmbedder.embed`` to go straight to the model while batching is off, and ``SIGUSR1``
   turns it off, ``SIGUSR2`` on again (on at start: as shipped). One process for both, so the run
   loads the encoder once, and on and off share the process, its caches and its core. Arguments
-  after ``--`` go to the CLI command.
+  after ``--`` go to the CLI command;
+* ``encoder-scaling``: not a server: the shipped encoder (``load_embedder()``) timed on batches of
+  1 to 32 short texts, one JSON line of milliseconds per text by batch size. It says how much a
+  cross-request batch can save at most: the model's own cost per text as batches grow.
 """
 
 from __future__ import annotations
@@ -92,23 +95,49 @@ def _switchable() -> None:
     signal.signal(signal.SIGUSR2, lambda *_: state.update(on=True))
 
 
+def encoder_scaling(sizes: tuple[int, ...] = (1, 4, 16, 32), repeats: int = 3) -> dict[str, float]:
+    """Median milliseconds per text of the shipped encoder, by batch size (texts like the bench's checks)."""
+    import statistics
+    import time
+
+    from fastslow.engines.embedded._embedders import load_embedder
+
+    embedder = load_embedder()
+    out: dict[str, float] = {}
+    for size in sizes:
+        texts = [f"shell ls -la /srv/{n}" for n in range(size)]
+        embedder.embed(texts)  # warm
+        per_text = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            embedder.embed(texts)
+            per_text.append((time.perf_counter() - started) * 1000 / size)
+        out[str(size)] = round(statistics.median(per_text), 2)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("kind", choices=("stub", "bare", "serve-switchable"))
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("kind", choices=("stub", "bare", "serve-switchable", "encoder-scaling"))
+    parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--body", type=Path, help="bare: the JSON bytes the route answers with")
     args, rest = parser.parse_known_args(argv)
+    if args.kind == "encoder-scaling":
+        print(json.dumps({"encoder": "e5-small-q4", "ms_per_text_by_batch": encoder_scaling()}))  # noqa: T201
+        return 0
+    if not args.port:
+        parser.error(f"{args.kind} needs --port")
     import uvicorn
 
     if args.kind == "stub":
         uvicorn.run(stub_app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
         return 0
     if args.kind == "bare":
-        from fastslow.api._server import server_config
+        from fastslow.api._server import Server, server_config
         from fastslow.router import Settings
 
         config = server_config(bare_app(args.body.read_bytes()), Settings(), port=args.port, log_level="warning")
-        uvicorn.Server(config).run()
+        Server(config).run()
         return 0
     _switchable()
     from fastslow.api.cli import app

@@ -22,7 +22,9 @@ Then the embedded engine (``FASTSLOW_ENGINE=embedded``) with cross-request batch
 on (as shipped) and off, in interleaved slices on one server (not two with
 ``FASTSLOW_EMBEDDED__BATCHING`` on and off: one process loads the encoder once and shares its core
 and caches): ``fastslow serve`` with ``BatchingEmbedder.embed`` patched to bypass the batching
-while off, switched by a signal between slices (``bench/_http_servers.py serve-switchable``).
+while off, switched by a signal between slices (``bench/_http_servers.py serve-switchable``), with
+``limits.engine_queue`` raised so one tenant's callers queue rather than being refused. Beside it,
+the encoder alone timed on batches of 1 to 32 texts (``encoder-scaling``): what a batch can save.
 Last, the fastslow (jev) server's resident set size after N1 and after N2 more checks
 (``/proc/<pid>/status`` VmRSS): its caches must be bounded.
 
@@ -458,10 +460,17 @@ def render(results: dict[str, Any]) -> str:
                 f"| {c} | {name} | {f['rps']:.1f} | {_ms(f['p50_ms'])} | {_ms(f['p99_ms'])} | "
                 f"{_ms(f['cpu_ms_per_request'])} | {f['errors']} |"
             )
+    scaling = results["encoder_ms_per_text_by_batch"]
     lines += [
         "",
         "One server, switched between slices: `fastslow serve` with `BatchingEmbedder.embed` patched to bypass",
-        "the batching while off (`bench/_http_servers.py serve-switchable`), so on and off share one process.",
+        "the batching while off (`bench/_http_servers.py serve-switchable`), so on and off share one process;",
+        "`limits.engine_queue` 256, so that one tenant's 32 callers all wait instead of half being refused.",
+        "",
+        "The encoder itself (e5-small-q4, one core), milliseconds per text by batch size: "
+        + ", ".join(f"{size}: {ms}" for size, ms in scaling.items())
+        + ". Its cost per text barely falls as batches grow (the C engine is compute-bound on short",
+        "texts), which bounds what cross-request batching can gain on this engine.",
     ]
     r = results["rss"]
     lines += [
@@ -491,6 +500,14 @@ async def run(sizes: Sizes, quick: bool, work: Path) -> dict[str, Any]:
     with ExitStack() as stack:
         stack.callback(fleet.stop)
         python = [sys.executable, str(SERVERS)]
+        # The encoder's own cost per text as batches grow, on the server's core before any server
+        # shares it: the most a cross-request batch can save.
+        pinned = ["taskset", "-c", str(server_core)] if server_core is not None else []
+        scaling = subprocess.run(
+            [*pinned, *python, "encoder-scaling"], capture_output=True, text=True, check=True, cwd=work
+        )
+        encoder = json.loads(scaling.stdout.strip().splitlines()[-1])
+        phases["encoder"] = round(time.perf_counter() - started, 1)
         stub = fleet.start("stub", [*python, "stub"], {**os.environ}, core=generator_core)
         wait_ready(stub, "/healthz")  # the stub answers every path
         jev_env = fastslow_env(
@@ -500,13 +517,16 @@ async def run(sizes: Sizes, quick: bool, work: Path) -> dict[str, Any]:
         # Both start unpinned, on both cores (loading the encoder is most of a minute on one),
         # and are moved onto the server's core once ready, before anything is measured.
         fastslow = fleet.start("fastslow-jev", serve, jev_env, core=None)
-        embedded_env = fastslow_env(work / "embedded", FASTSLOW_ENGINE="embedded")
+        # One tenant sends every request here, and a tenant may fill a quarter of an engine's
+        # queue (FairGate): with the default 64, 16 of 32 callers would be refused with a 503
+        # and the figures would time refusals. 256 lets all 32 wait their turn, as 32 tenants would.
+        embedded_env = fastslow_env(work / "embedded", FASTSLOW_ENGINE="embedded", FASTSLOW_LIMITS__ENGINE_QUEUE="256")
         embedded_server = fleet.start("embedded", [*python, "serve-switchable"], embedded_env, core=None)
         for server in (fastslow, embedded_server):
             wait_ready(server, "/readyz", 300)
             pin(server, server_core)
             make_key(server)
-        phases["start"] = round(time.perf_counter() - started, 1)
+        phases["start"] = round(time.perf_counter() - started - phases["encoder"], 1)
         # The bare app answers with the bytes fastslow itself answered, so both send the same body.
         answer = httpx2.post(
             f"{fastslow.url}/v1/policy-check",
@@ -564,6 +584,7 @@ async def run(sizes: Sizes, quick: bool, work: Path) -> dict[str, Any]:
         "jev": jev,
         "embedded": embedded,
         "embedded_batching_ratio": batching,
+        "encoder_ms_per_text_by_batch": encoder["ms_per_text_by_batch"],
         "rss": memory,
         "errors": errors + memory["errors"],
         "phase_s": phases,

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fastslow.router import EngineName, PolicySet, Settings
 from fastslow.router.engine_api import CoalescingEngine, DecisionEngine
 
 from ._learned import LearnedSet
-from ._registry import LEARNS_FROM_EXAMPLES, EngineBuild, _factory, examples_for
+from ._registry import LEARNS_FROM_EXAMPLES, EngineBuild, _factory, embedded_models_for, examples_for
 
 if TYPE_CHECKING:
     from .embedded import EmbeddedModels
@@ -41,7 +42,8 @@ class EnginePool:
 
     Engines that learn from examples are trained on the policy's examples and on the learned set in
     force (``train``); a new learned set is trained in the caller's thread while requests keep the
-    engines trained before, and takes over for every engine in one step.
+    engines trained before, and takes over for every engine in one step. A new policy is the same
+    (``switch``): its engines are trained first, and the policy is put in force only then.
 
     Args:
         settings: what every engine is configured from.
@@ -56,6 +58,9 @@ class EnginePool:
         self._lock = threading.Lock()
         # One training at a time: a reload and a retrain at once would only contend for the CPU.
         self._training = threading.Lock()
+        # The policy the engines in force were readied for (by warm or switch): a retrain asked for
+        # with a policy read just before a reload trains this one, not the replaced one.
+        self._policy: PolicySet | None = None
 
     @property
     def learned(self) -> LearnedSet:
@@ -106,9 +111,7 @@ class EnginePool:
 
     def _shared_models(self) -> EmbeddedModels:
         if self._models is None:
-            from .embedded import EmbeddedModels
-
-            self._models = EmbeddedModels(self._settings.embedded)
+            self._models = embedded_models_for(self._settings)
         return self._models
 
     def warm(self, policy: PolicySet) -> None:
@@ -117,18 +120,40 @@ class EnginePool:
         Engines trained for other policy versions are dropped: after a reload only the new
         examples matter. (Their ``aclose`` is a no-op: they hold no connections.)
         """
+        self.switch(policy, lambda: None)
+
+    def switch(self, policy: PolicySet, publish: Callable[[], None]) -> None:
+        """Train ``policy``'s engines, then call ``publish()`` (which puts the policy in force), then drop the old.
+
+        Blocking: call it from a worker thread in async code (the policy watcher does). Training
+        holds no lock a request takes, so requests keep being answered under the old policy and its
+        engines until ``publish`` runs; a training that raises leaves both in force.
+        """
         with self._training:
-            for name in {task.engine for task in policy.tasks.values()}:
-                self.engine_for(name, policy)
-            self._drop_others(policy, self._learned)
+            learned = self._learned
+            built: dict[tuple[EngineName, str, str], DecisionEngine] = {}
+            for name in {task.engine or self._settings.engine for task in policy.tasks.values()}:
+                key = self._key(name, policy, learned)
+                with self._lock:
+                    engine = self._engines.get(key)
+                if engine is None and key not in built:
+                    built[key] = self._build(name, policy, learned)
+            with self._lock:
+                self._engines.update(built)
+            publish()
+            self._policy = policy
+            self._drop_others(policy, learned)
 
     def train(self, policy: PolicySet, learned: LearnedSet) -> None:
         """Train ``policy``'s engines on ``learned`` and make them the ones in force (blocking).
 
         Until this returns, requests get the engines trained on the previous learned set; then all
-        of them switch at once. Call it from a worker thread in async code.
+        of them switch at once. Call it from a worker thread in async code. When a reload put
+        another policy in force since ``policy`` was read, that one is trained instead.
         """
         with self._training:
+            if self._policy is not None:
+                policy = self._policy
             names = {task.engine or self._settings.engine for task in policy.tasks.values()}
             built: dict[tuple[EngineName, str, str], DecisionEngine] = {}
             for name in names & LEARNS_FROM_EXAMPLES:

@@ -19,7 +19,15 @@ from ._learned import LearnedSet, merge_learned
 if TYPE_CHECKING:
     from .embedded import EmbeddedModels, ExampleSet
 
-__all__ = ["ENGINES", "LEARNS_FROM_EXAMPLES", "EngineBuild", "EngineFactory", "build_engine", "examples_for"]
+__all__ = [
+    "ENGINES",
+    "LEARNS_FROM_EXAMPLES",
+    "EngineBuild",
+    "EngineFactory",
+    "build_engine",
+    "embedded_models_for",
+    "examples_for",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,9 +43,15 @@ class EngineBuild:
     def embedded_models(self) -> EmbeddedModels:
         if self.models is not None:
             return self.models
-        from .embedded import EmbeddedModels
+        return embedded_models_for(self.settings)
 
-        return EmbeddedModels(self.settings.embedded)
+
+def embedded_models_for(settings: Settings) -> EmbeddedModels:
+    """CPU models whose embedding cache (and trained heads) live under the settings' data directory."""
+    from .embedded import EmbeddedModels, default_cache_dir
+
+    cache_dir = settings.embedded.cache_dir or default_cache_dir(settings.resolved_data_dir())
+    return EmbeddedModels(settings.embedded, cache_dir=cache_dir)
 
 
 EngineFactory: TypeAlias = Callable[[EngineBuild], DecisionEngine]

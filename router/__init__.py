@@ -19,6 +19,9 @@ Errors::
         └── EngineProtocolError
     └── Overloaded           an engine's queue is full: nothing was decided, retry later
 
+``failure_summary(exc)`` says what kind of failure an engine error was, without its text (an
+upstream's body, an internal URL): decisions and API responses carry that; the text is logged.
+
 ``request_scope`` gives a request one deadline (and a tenant) that every stage honours.
 """
 
@@ -49,6 +52,7 @@ from ._errors import (
     EngineUnavailable,
     FastslowError,
     InvalidRequest,
+    failure_summary,
 )
 from ._nodes import classify_node, policy_gate_node, route_edge, router_node
 from ._questions import Choice, Image, Noul, Question, QuestionKind, Score, State
@@ -165,6 +169,7 @@ __all__ = [
     "decide_answer",
     "decide_check",
     "escalated_by_system2",
+    "failure_summary",
     "get_settings",
     "policy_gate_node",
     "request_scope",

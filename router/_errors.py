@@ -24,6 +24,7 @@ __all__ = [
     "EngineUnavailable",
     "FastslowError",
     "InvalidRequest",
+    "failure_summary",
 ]
 
 
@@ -121,3 +122,22 @@ class EngineHTTPError(EngineError):
 
 class EngineProtocolError(EngineError):
     """The engine answered successfully but its body does not follow the wire format."""
+
+
+def failure_summary(exc: BaseException) -> str:
+    """What may be told about an engine failure outside the server: its kind, never its text.
+
+    An engine error's message carries what the upstream said (its error body) and where it lives
+    (an internal URL); those go to the log. Decisions (their ``detail``, stored and returned to API
+    clients) and API error messages get this instead: the kind of failure and, for an HTTP error,
+    the upstream's status.
+    """
+    if isinstance(exc, (TimeoutError, EngineTimeout)):
+        return "timed out"
+    if isinstance(exc, EngineHTTPError):
+        return f"answered HTTP {exc.status}"
+    if isinstance(exc, EngineUnavailable):
+        return "could not be reached"
+    if isinstance(exc, EngineProtocolError):
+        return "answered with a reply that is not a valid answer"
+    return "failed"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,10 +16,12 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from ._chat import ChatEngine
-from ._errors import EngineError
+from ._errors import EngineError, failure_summary
 from ._questions import Choice, Noul, Question, Score, State
 
 __all__ = ["System2Answer", "ask_system2", "option_schema"]
+
+log = logging.getLogger("fastslow.router")
 
 _SYSTEM = (
     "You answer one typed question about the state the user provides. Choose exactly one of the "
@@ -81,7 +84,9 @@ async def ask_system2(
     except TimeoutError:
         return System2Answer(option=None, model=chat.model, detail=f"System 2 gave no answer within {timeout_s:g} s")
     except EngineError as exc:
-        return System2Answer(option=None, model=chat.model, detail=f"System 2 failed: {exc}")
+        # The provider's own message stays in the log (see failure_summary).
+        log.warning("System 2 (%s) could not answer: %s", chat.model, exc)
+        return System2Answer(option=None, model=chat.model, detail=f"System 2 {failure_summary(exc)}")
     structured = result.structured
     option = structured.get("answer") if isinstance(structured, dict) else None
     if option not in question.options:

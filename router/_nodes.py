@@ -21,6 +21,12 @@ from typing import Any, Generic, TypeAlias, TypeVar
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
+
+# The key under which LangGraph hands a running node its task-call hook; only read, to tell a node's
+# run from a bare call of the runnable, where a task cannot be called.
+from langgraph._internal._constants import CONFIG_KEY_CALL
+from langgraph.config import get_config
+from langgraph.func import task as lg_task
 from langgraph.types import Command, Send, interrupt
 
 from ._chat import ToolCall
@@ -200,13 +206,33 @@ def _pending_calls(messages: Sequence[AnyMessage]) -> list[dict[str, Any]]:
     return [dict(call) for call in last.tool_calls]
 
 
-def _refusal(call: Mapping[str, Any], result: CheckResult, why: str) -> ToolMessage:
-    decision = result.decisions[result.rule]
+def _refusal(call: Mapping[str, Any], checked: Mapping[str, Any], why: str) -> ToolMessage:
     content = (
-        f"Refused by policy {result.task!r} (rule {result.rule!r}, p={decision.confidence:.2f}, {why}). "
+        f"Refused by policy {checked['task']!r} (rule {checked['rule']!r}, p={checked['confidence']:.2f}, {why}). "
         "Do not retry this call; explain to the user or choose another action."
     )
     return ToolMessage(content=content, tool_call_id=call["id"], name=call["name"], status="error")
+
+
+def _checked(result: CheckResult) -> dict[str, Any]:
+    """What the gate keeps of a check: plain data, since LangGraph checkpoints it (``_in_task``)."""
+    return {
+        "task": result.task,
+        "verdict": result.verdict,
+        "rule": result.rule,
+        "confidence": result.decisions[result.rule].confidence,
+        "system2": result.system2,
+        "policy_version": result.policy_version,
+    }
+
+
+def _in_graph() -> bool:
+    """Whether this runs as a LangGraph node, where ``langgraph.func.task`` calls are checkpointed."""
+    try:
+        configurable = get_config().get("configurable", {})
+    except RuntimeError:  # outside any runnable context
+        return False
+    return CONFIG_KEY_CALL in configurable
 
 
 def policy_gate_node(
@@ -223,6 +249,11 @@ def policy_gate_node(
     Deny answers the call with a refusal ``ToolMessage`` (so no tool call is left orphaned), review
     pauses with ``interrupt()`` for a person (resume with ``"allow"`` or ``"deny"``), allow passes the
     call to the ``tools`` node through ``Send``. The graph needs a checkpointer for review.
+
+    Each check runs as a LangGraph task (``langgraph.func.task``), so its verdict is checkpointed
+    with the node's pending writes: LangGraph runs the node again from the top on resume, and the
+    resumed node gets the verdict the person reviewed, not a new check (no second engine call,
+    System-2 call or recorded decision, and no verdict that may differ from the one approved).
     """
 
     def pending(state: Any) -> tuple[list[dict[str, Any]], list[BaseMessage]]:
@@ -232,36 +263,51 @@ def policy_gate_node(
     def call(c: dict[str, Any]) -> ToolCall:
         return ToolCall(id=c["id"] or "", name=c["name"], args=c["args"])
 
-    async def evaluate(state: Any) -> list[tuple[dict[str, Any], CheckResult]]:
+    async def policy_check(c: dict[str, Any], context: list[BaseMessage]) -> dict[str, Any]:
+        return _checked(await router.check(task, call(c), context=context))
+
+    def policy_check_sync(c: dict[str, Any], context: list[BaseMessage]) -> dict[str, Any]:
+        return _checked(router.check_sync(task, call(c), context=context))
+
+    # Named after the functions; a task's checkpoint id also holds its node's, so gates don't mix.
+    checkpointed = lg_task(policy_check)
+    checkpointed_sync = lg_task(policy_check_sync)
+
+    async def evaluate(state: Any) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         calls, context = pending(state)
-        results = await asyncio.gather(*(router.check(task, call(c), context=context) for c in calls))
+        asks: list[Awaitable[dict[str, Any]]] = (
+            [checkpointed(c, context) for c in calls] if _in_graph() else [policy_check(c, context) for c in calls]
+        )
+        results = await asyncio.gather(*asks)
         return list(zip(calls, results, strict=True))
 
-    def evaluate_sync(state: Any) -> list[tuple[dict[str, Any], CheckResult]]:
+    def evaluate_sync(state: Any) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         # One call after another: a model rarely proposes more than one or two calls at once.
         calls, context = pending(state)
-        return [(c, router.check_sync(task, call(c), context=context)) for c in calls]
+        if not _in_graph():
+            return [(c, policy_check_sync(c, context)) for c in calls]
+        return [(c, checkpointed_sync(c, context).result()) for c in calls]
 
-    def finish(state: Any, checked: list[tuple[dict[str, Any], CheckResult]]) -> Command[Any]:
+    def finish(state: Any, checked: list[tuple[dict[str, Any], dict[str, Any]]]) -> Command[Any]:
         refusals: list[ToolMessage] = []
         allowed: list[dict[str, Any]] = []
         records: list[dict[str, Any]] = []
         for call, result in checked:
-            verdict = result.verdict
-            how = "System 2" if result.system2 else "System 1"
+            verdict = result["verdict"]
+            how = "System 2" if result["system2"] else "System 1"
             if verdict == "review":
                 answer = interrupt(
                     {
-                        "task": result.task,
+                        "task": result["task"],
                         "tool_call": {"id": call["id"], "name": call["name"], "args": call["args"]},
-                        "rule": result.rule,
-                        "probability": result.decisions[result.rule].confidence,
+                        "rule": result["rule"],
+                        "probability": result["confidence"],
                         "resume_with": ["allow", "deny"],
                     }
                 )
                 verdict = "allow" if _approved(answer) else "deny"
                 how = "a person"
-            records.append({"tool_call_id": call["id"], "verdict": verdict, "rule": result.rule, "by": how})
+            records.append({"tool_call_id": call["id"], "verdict": verdict, "rule": result["rule"], "by": how})
             if verdict == "allow":
                 allowed.append(call)
             else:

@@ -8,6 +8,7 @@ number of replicas can run side by side.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeAlias, TypeVar
@@ -27,7 +28,7 @@ from ._decisions import (
     escalated_by_system2,
 )
 from ._engine import DecisionEngine, SyncDecide
-from ._errors import ConfigError, EngineError, EngineTimeout
+from ._errors import ConfigError, EngineError, EngineTimeout, failure_summary
 from ._escalate import ask_system2
 from ._questions import Question, State
 from ._settings import EngineName
@@ -37,6 +38,8 @@ from ._turns import split_turns
 from ._work import budget_s
 
 __all__ = ["ChatSource", "CheckResult", "DecisionSink", "EngineSource", "Router"]
+
+log = logging.getLogger("fastslow.router")
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Task)
@@ -522,10 +525,11 @@ class Router:
 
 def _failed(questions: Mapping[str, Question], exc: BaseException) -> dict[str, EngineFailure]:
     """Every question's answer when the engine could not answer at all."""
-    if isinstance(exc, (TimeoutError, EngineTimeout)):
-        failure = EngineFailure(message=f"System 1 timed out: {exc}".rstrip(": "), timeout=True)
-    else:
-        failure = EngineFailure(message=str(exc))
+    # The failure's own text (an upstream's error body, an internal URL) goes to the log only: the
+    # decision's detail is stored, and returned to API clients.
+    log.warning("System 1 could not answer %s: %s", sorted(questions), exc)
+    timeout = isinstance(exc, (TimeoutError, EngineTimeout))
+    failure = EngineFailure(message=f"System 1 {failure_summary(exc)}", timeout=timeout)
     return dict.fromkeys(questions, failure)
 
 

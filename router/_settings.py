@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, NonNegativeInt, SecretStr
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -93,6 +93,8 @@ class EmbeddedSettings(BaseModel):
     head: Literal["adapted", "softmax"] = "adapted"
     """How a choice learns its examples: ``adapted`` (a contrastive map and a nearest-example vote
     blended with the softmax head, ``docs/policies.md``) or ``softmax`` alone (faster to train)."""
+    cache_dir: Path | None = None
+    """Where embeddings of examples and trained heads are kept; ``<data_dir>/cache/embeddings`` when unset."""
 
 
 class ModelPrice(BaseModel):
@@ -170,12 +172,17 @@ class LearningSettings(BaseModel):
 
 
 class StoreSettings(BaseModel):
-    """The decision log's one writer per database (docs/store.md)."""
+    """The decision log's one writer per database, and how long it keeps decisions (docs/store.md)."""
 
     queue: int = Field(default=10_000, ge=1)
     """Record calls waiting to be committed, per database and process; beyond it callers wait for room."""
     batch: int = Field(default=500, ge=1)
     """Decisions committed in one transaction at most."""
+    retention_days: int | None = Field(default=None, ge=0)
+    """Days ``fastslow db prune`` keeps decisions (and their answers and outcomes); unset or 0: forever."""
+    tenant_retention_days: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    """Per-tenant ``retention_days`` overriding it (0: keep that tenant's forever); in the environment as
+    JSON: ``FASTSLOW_STORE__TENANT_RETENTION_DAYS='{"acme": 30}'``."""
 
 
 class CoalesceSettings(BaseModel):

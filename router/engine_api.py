@@ -6,7 +6,11 @@ A System-1 engine implements ``DecisionEngine`` (one async ``decide(state, quest
 ``split_and_ask``, and ``Deadline`` carries one time budget across retries. An engine that can also
 answer from sync code in the caller's thread implements ``SyncDecisionEngine`` (``decide_sync``,
 with ``ask_whole_sync`` for requests within its limits). ``CoalescingEngine``
-sends concurrent calls about one state to an engine as one call. Blocking work runs
+sends concurrent calls about one state to an engine as one call. ``CircuitBreaker`` fails calls
+fast after repeated engine failures: ``BreakerEngine`` and ``BreakerChatEngine`` put one in front
+of an engine (refusing with ``CircuitOpen``; ``counts_as_failure`` says what it counts, ``may_retry``
+tells a retry loop to stop once it opened), and ``FallbackEngine`` / ``FallbackChatEngine`` ask a
+chain of engines in order within one deadline. Blocking work runs
 through ``run_blocking`` in bounded steps that check a ``StopToken``; ``FairLock`` shares a model
 between tenants step by step. A System-2 engine
 implements ``ChatEngine``. The question, answer, setting and error types come from
@@ -17,9 +21,20 @@ User text reaches an engine only after ``neutralise``; model thoughts never leav
 """
 
 from ._answers import EngineReply, Usage, normalise_distribution
+from ._breaker import (
+    BreakerChatEngine,
+    BreakerEngine,
+    BreakerSnapshot,
+    BreakerState,
+    CircuitBreaker,
+    CircuitOpen,
+    counts_as_failure,
+    may_retry,
+)
 from ._chat import THOUGHT_TASK, ChatEngine, ChatResult, ToolOutcome, ToolRunner, ToolSpec, ToolStep
 from ._coalesce import CoalescingEngine
 from ._engine import DecisionEngine, EngineLimits, SyncDecisionEngine
+from ._fallback import FallbackChatEngine, FallbackEngine
 from ._questions import (
     MAX_STATE_CHARS,
     NOUL_OPTIONS,
@@ -41,8 +56,14 @@ __all__ = [
     "THOUGHT_TASK",
     "Abandoned",
     "AskFn",
+    "BreakerChatEngine",
+    "BreakerEngine",
+    "BreakerSnapshot",
+    "BreakerState",
     "ChatEngine",
     "ChatResult",
+    "CircuitBreaker",
+    "CircuitOpen",
     "CoalescingEngine",
     "Deadline",
     "DecisionEngine",
@@ -50,6 +71,8 @@ __all__ = [
     "EngineReply",
     "FairGate",
     "FairLock",
+    "FallbackChatEngine",
+    "FallbackEngine",
     "StopToken",
     "SyncAskFn",
     "SyncDecisionEngine",
@@ -60,7 +83,9 @@ __all__ = [
     "ToolStep",
     "Usage",
     "ask_whole_sync",
+    "counts_as_failure",
     "gather_all",
+    "may_retry",
     "neutralise",
     "neutralise_text",
     "normalise_distribution",

@@ -64,13 +64,23 @@ def _no_real_providers(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture(scope="session")
+def _embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("embeddings")
+
+
 @pytest.fixture(autouse=True)
-def _fresh_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """Each test reads settings anew, from its own environment, with data under its tmp_path."""
+def _fresh_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, _embedding_cache: Path) -> Iterator[None]:
+    """Each test reads settings anew, from its own environment, with data under its tmp_path.
+
+    The embedding cache is one per session, not per test: every API server a test starts would
+    otherwise embed the examples and train the heads from nothing.
+    """
     for name in list(os.environ):
         if name.startswith("FASTSLOW_") and name != "FASTSLOW_SHARED_DATA":
             monkeypatch.delenv(name)
     monkeypatch.setenv("FASTSLOW_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("FASTSLOW_EMBEDDED__CACHE_DIR", str(_embedding_cache))
     monkeypatch.setenv("FASTSLOW_SETTINGS_FILE", str(tmp_path / "no-settings.toml"))
     get_settings.cache_clear()
     yield

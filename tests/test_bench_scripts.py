@@ -180,3 +180,22 @@ def test_the_coalesce_quick_mode_sends_few_requests_for_many_callers(tmp_path: P
     assert report["engine_requests"]["bare"] == 64
     assert 1 <= report["engine_requests"]["coalesced"] <= 4
     assert report["lone_p50_ms"]["coalesced"] > 0 and report["lone_p50_ms"]["bare"] > 0
+
+
+@pytest.mark.slow
+def test_the_http_service_quick_mode_measures_fastslow_beside_a_bare_route(tmp_path: Path) -> None:
+    command = [sys.executable, str(BENCH / "http_service.py"), "--quick", "--out", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["errors"] == 0 and report["check"]["verdict"] in ("allow", "review", "deny")
+    assert set(report["ratio_vs_bare"]) == {"1", "8", "32"}
+    for figures in report["jev"].values():
+        for target in ("bare", "fastslow"):
+            assert figures[target]["rps"] > 0 and figures[target]["p99_ms"] >= figures[target]["p50_ms"] > 0
+        assert figures["ratio_vs_bare"] == pytest.approx(figures["fastslow"]["rps"] / figures["bare"]["rps"], rel=0.01)
+    assert {"on", "off"} == set(report["embedded"]["32"]) and report["embedded_batching_ratio"] > 0
+    assert set(report["encoder_ms_per_text_by_batch"]) == {"1", "4", "16", "32"}
+    assert report["rss"]["checks_last"] > report["rss"]["checks_first"] > 0
+    assert [t["target"] for t in report["targets"]][0] == "throughput ≥ 0.6× bare at 8"
+    assert (tmp_path / "http.md").read_text().startswith("## HTTP policy-check service")

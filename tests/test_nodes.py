@@ -16,7 +16,7 @@ from langgraph.graph import END, START, StateGraph, add_messages
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, Send
 
-from fastslow.router import Question, Router, State, classify_node, policy_gate_node, router_node
+from fastslow.router import Decision, Question, Router, State, classify_node, policy_gate_node, router_node
 
 from fakes.policies import three_task_policy
 from fakes.scripted import Chats, OneEngine, ScriptedEngine
@@ -218,6 +218,65 @@ async def test_gate_review_pauses_for_a_person(resume: str, ran: list[str]) -> N
     assert executed == ran
     _no_orphans(out["messages"])
     assert out["gate"][0]["by"] == "a person"
+
+
+class _Recorded:
+    """A decision sink that keeps every decision it is given."""
+
+    def __init__(self) -> None:
+        self.decisions: list[Decision] = []
+
+    async def record(self, decision: Decision, *, state: State) -> None:
+        del state
+        self.decisions.append(decision)
+
+
+def _counted_router() -> tuple[Router, ScriptedEngine, _Recorded]:
+    policy = three_task_policy()
+    engine, sink = ScriptedEngine(_keyword_script), _Recorded()
+    return Router(lambda: policy, OneEngine(engine), Chats(None), sink=sink), engine, sink
+
+
+@pytest.mark.parametrize("resume", ["allow", "deny"])
+async def test_a_resumed_review_executes_the_reviewed_verdict_without_checking_again(
+    resume: str, tmp_path: Path
+) -> None:
+    router, engine, sink = _counted_router()
+    script = [[_call("truncate log", "r"), _call("ls", "a")]]
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "gate.db")) as saver:
+        app = _gate_graph(router, script).compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "review-once"}}
+        paused = await app.ainvoke({"messages": [HumanMessage("shrink the log, then list")]}, config)
+        assert paused["__interrupt__"][0].value["tool_call"]["id"] == "r"
+        asked, recorded = len(engine.calls), len(sink.decisions)
+        assert asked == 2 and {d.policy_version for d in sink.decisions}  # one engine call per tool call
+        out = await app.ainvoke(Command(resume=resume), config)
+    # LangGraph ran the gate again from the top on resume; the checks were not.
+    assert (len(engine.calls), len(sink.decisions)) == (asked, recorded)
+    assert executed == (["truncate log", "ls"] if resume == "allow" else ["ls"])
+    assert [(g["tool_call_id"], g["by"]) for g in out["gate"]] == [("r", "a person"), ("a", "System 1")]
+    _no_orphans(out["messages"])
+
+
+def test_a_resumed_review_under_sync_invoke_does_not_check_again(tmp_path: Path) -> None:
+    router, engine, sink = _counted_router()
+    with SqliteSaver.from_conn_string(str(tmp_path / "gate.db")) as saver:
+        app = _gate_graph(router, [[_call("truncate log", "r")]]).compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "review-sync"}}
+        app.invoke({"messages": [HumanMessage("shrink the log")]}, config)
+        asked, recorded = len(engine.calls), len(sink.decisions)
+        out = app.invoke(Command(resume="allow"), config)
+    assert asked == 1 and (len(engine.calls), len(sink.decisions)) == (asked, recorded)
+    assert executed == ["truncate log"] and out["gate"][0]["by"] == "a person"
+
+
+async def test_the_gate_called_outside_a_graph_still_checks() -> None:
+    router, engine, _ = _counted_router()
+    gate = policy_gate_node(router, "tools")
+    state = {"messages": [HumanMessage("list"), AIMessage("", tool_calls=[_call("ls", "a")])]}
+    command = await gate.ainvoke(state)
+    assert len(engine.calls) == 1 and command.update["gate"][0]["verdict"] == "allow"
+    assert gate.invoke(state).update["gate"][0]["verdict"] == "allow"
 
 
 def test_classify_node_feeds_conditional_edges() -> None:

@@ -190,6 +190,62 @@ def test_unexpected_loader_errors_keep_the_last_good_policy(path: Path, caplog: 
     assert not result.ok and result.error == "OSError: disk on fire" and min_confidence(store.current) == 0.5
 
 
+# -- settling, readying and failures ---------------------------------------------------------------
+
+
+def test_with_settle_a_change_is_loaded_only_when_two_checks_read_the_same_content(path: Path) -> None:
+    store = PolicyStore(path)
+    old = store.version
+    path.write_text(policy_text(0.5, routes=1))  # the first half of a two-step write
+    first = store.check(settle=True)
+    assert first.settling and not first.changed and store.version == old
+    path.write_text(policy_text(0.7, routes=4))  # the rest, before the next check
+    assert store.check(settle=True).settling and store.version == old
+    assert store.check(settle=True) == ReloadResult(changed=True, ok=True, version=store.version)
+    task = store.current.tasks["support"]
+    assert isinstance(task, RouteTask) and min_confidence(store.current) == 0.7 and len(task.routes) == 4
+    # Settled and unchanged: nothing more to do.
+    assert store.check(settle=True) == ReloadResult(changed=False, ok=True, version=store.version)
+
+
+def test_activate_readies_the_new_policy_before_it_is_in_force(path: Path) -> None:
+    seen: list[tuple[str, str]] = []
+
+    def activate(new: PolicySet, swap: Callable[[], None]) -> None:
+        seen.append(("before swap", store.version))
+        swap()
+        seen.append(("after swap", store.version))
+
+    store = PolicyStore(path, activate=activate)
+    old = store.version
+    write_atomically(path, policy_text(0.8))
+    assert store.reload().changed
+    assert seen == [("before swap", old), ("after swap", store.version)] and store.version != old
+
+
+def test_a_failed_activation_keeps_the_old_policy_and_is_a_failed_reload(path: Path) -> None:
+    def activate(new: PolicySet, swap: Callable[[], None]) -> None:
+        if min_confidence(new) == 0.8:
+            raise RuntimeError("training ran out of memory")
+        swap()
+
+    store = PolicyStore(path, activate=activate)
+    failures: list[str] = []
+    remove = store.add_failure_listener(failures.append)
+    good = store.current
+    write_atomically(path, policy_text(0.8))
+    result = store.reload()
+    assert not result.ok and result.error == "readying the new policy failed: RuntimeError: training ran out of memory"
+    assert store.current is good and failures == [result.error]
+    # The same failure again is reported once; a different one is reported again.
+    store.reload()
+    path.write_text("tasks: [not, a, mapping]\n")
+    assert store.reload().error != result.error and len(failures) == 2
+    remove()
+    write_atomically(path, policy_text(0.9))
+    assert store.reload().changed and store.last_error is None and len(failures) == 2
+
+
 # -- concurrency -------------------------------------------------------------------------------
 
 
@@ -294,12 +350,12 @@ async def test_watcher_survives_a_failing_check(path: Path, caplog: pytest.LogCa
     calls = 0
 
     class Boom(PolicyStore):
-        def check(self) -> ReloadResult:
+        def check(self, *, settle: bool = False) -> ReloadResult:
             nonlocal calls
             calls += 1
             if calls == 1:
                 raise RuntimeError("boom")
-            return super().check()
+            return super().check(settle=settle)
 
     store = Boom(path)
     with caplog.at_level(logging.ERROR, logger="fastslow.policies"):

@@ -61,6 +61,7 @@ def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
             stack.push_async_callback(runtime.aclose)
             metrics = ApiMetrics()
             stack.callback(runtime.store.add_listener(lambda _old, _new: metrics.policy_reloads.inc()))
+            stack.callback(runtime.store.add_failure_listener(lambda _error: metrics.policy_reload_failures.inc()))
             limiter = RateLimiter(decisions.engine, limit)
             await stack.enter_async_context(runtime.store.watching(interval_s=POLICY_WATCH_INTERVAL_S))
             engines = GatedEngines(runtime.engines, settings.limits, default=settings.engine)

@@ -9,6 +9,7 @@ and its body says nothing about the internals.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,7 +19,16 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from fastslow.router import ConfigError, EngineError, EngineTimeout, InvalidRequest, Overloaded
+from fastslow.router import (
+    ConfigError,
+    EngineError,
+    EngineHTTPError,
+    EngineProtocolError,
+    EngineTimeout,
+    InvalidRequest,
+    Overloaded,
+    failure_summary,
+)
 
 __all__ = [
     "ERROR_RESPONSES",
@@ -46,6 +56,7 @@ _TYPES: dict[int, str] = {
     431: "headers_too_large",
     500: "internal",
     501: "not_implemented",
+    502: "upstream_error",
     503: "unavailable",
 }
 
@@ -164,11 +175,24 @@ async def _on_invalid(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, exc.message, field=exc.field or None)
 
 
+def _upstream_retry_after(exc: EngineError) -> str:
+    """The upstream's own ``Retry-After`` when it sent one, else 1 s; whole seconds, at least 1."""
+    asked = exc.retry_after if isinstance(exc, EngineHTTPError) else None
+    return str(max(1, math.ceil(asked))) if asked is not None else "1"
+
+
 async def _on_engine(_request: Request, exc: Exception) -> JSONResponse:
     # Only the Jev gateway lets engine errors through: decisions escalate or fail closed instead.
-    kind = "engine_timeout" if isinstance(exc, EngineTimeout) else "engine_unavailable"
+    # The client gets the kind of failure; the upstream's body and address go to the log.
+    assert isinstance(exc, EngineError)
     log.warning("engine error: %s", exc)
-    return error_response(503, f"the System-1 engine could not answer: {exc}", kind=kind, headers={"Retry-After": "1"})
+    message = f"the System-1 engine {failure_summary(exc)}"
+    if isinstance(exc, EngineHTTPError) and not exc.retryable or isinstance(exc, EngineProtocolError):
+        # The upstream refused what this server sent (its key, its configuration) or answered
+        # nonsense: a retry will not help until an operator acts, so no Retry-After.
+        return error_response(502, f"{message}; the server's operator has to look", kind="upstream_error")
+    kind = "engine_timeout" if isinstance(exc, EngineTimeout) else "engine_unavailable"
+    return error_response(503, message, kind=kind, headers={"Retry-After": _upstream_retry_after(exc)})
 
 
 async def _on_overloaded(_request: Request, exc: Exception) -> JSONResponse:

@@ -1,5 +1,9 @@
 """``/healthz`` (the process is up), ``/readyz`` (store and engines reachable) and ``/metrics``.
 
+``/readyz`` also says whether the policy file on disk is the policy in force. A file that failed to
+load is reported there (and counted in ``/metrics``) but does not make the replica unready: the last
+good policy is still in force and serving.
+
 None of them needs a key: probes and Prometheus scrapers carry none, and nothing here is
 tenant data (see ``_metrics`` for what labels may hold).
 """
@@ -15,6 +19,7 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from fastslow.policies import PolicyStore
 from fastslow.router import ConfigError, EngineError
 from fastslow.router.engine_api import DecisionEngine
 
@@ -31,11 +36,32 @@ class Health(BaseModel):
     status: str = Field(description="Always ok while the process serves requests.")
 
 
+class PolicyFileState(BaseModel):
+    in_force: bool = Field(
+        description="False when the last change to the policy file failed to load (true while a change settles)."
+    )
+    error: str | None = Field(
+        default=None, description="Why the file on disk is not in force: the first line of the error, no paths."
+    )
+
+
 class Readiness(BaseModel):
     status: str = Field(description="ready, or not_ready (with status 503).")
     store: bool = Field(description="The decision log answered a query.")
     engines: dict[str, bool] = Field(description="Each System-1 engine in use: built, and its server reachable.")
     policy_version: str
+    policy_file: PolicyFileState = Field(description="Whether the policy file on disk is the policy in force.")
+
+
+def _policy_file_state(store: PolicyStore) -> PolicyFileState:
+    error = store.last_error
+    if error is None:
+        return PolicyFileState(in_force=True)
+    # Unauthenticated probes name no file or folder of the server.
+    line = error.strip().splitlines()[0] if error.strip() else "unknown error"
+    for name in (str(store.path), store.path.name):
+        line = line.replace(name, "<policy file>")
+    return PolicyFileState(in_force=False, error=line)
 
 
 async def _reachable(engine: DecisionEngine) -> bool:
@@ -66,7 +92,11 @@ async def healthz() -> Health:
 
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness, "description": "Not ready."}})
 async def readyz(services: ServicesDep) -> JSONResponse:
-    """Ready when the decision log answers and every engine the policy uses is built and reachable."""
+    """Ready when the decision log answers and every engine the policy uses is built and reachable.
+
+    A policy file that failed to load is reported in ``policy_file`` without making the replica
+    unready: the last good policy is in force and serving.
+    """
     runtime = services.runtime
     policy = runtime.router.policy
     names = {task.engine or services.settings.engine for task in policy.tasks.values()} | {services.settings.engine}
@@ -79,7 +109,11 @@ async def readyz(services: ServicesDep) -> JSONResponse:
     store = await services.decisions.ping()
     ready = store and all(engines.values())
     body: dict[str, Any] = Readiness(
-        status="ready" if ready else "not_ready", store=store, engines=engines, policy_version=policy.version
+        status="ready" if ready else "not_ready",
+        store=store,
+        engines=engines,
+        policy_version=policy.version,
+        policy_file=_policy_file_state(runtime.store),
     ).model_dump()
     return JSONResponse(body, status_code=200 if ready else 503)
 

@@ -54,6 +54,11 @@ class ApiMetrics:
         self.policy_reloads = Counter(
             "fastslow_policy_reloads", "Policy files swapped in by hot reload.", registry=self.registry
         )
+        self.policy_reload_failures = Counter(
+            "fastslow_policy_reload_failures",
+            "Policy file changes not put in force (unreadable, invalid, or their engines failed to train).",
+            registry=self.registry,
+        )
         self.rate_limited = Counter(
             "fastslow_rate_limited_requests", "Requests refused with 429.", registry=self.registry
         )

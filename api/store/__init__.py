@@ -3,6 +3,7 @@
     store = await DecisionStore.open(database_url_for(settings))   # runs migrations first
     router = router.with_sink(store.sink(tenant, store_state=keeps_state))   # committed on return
     graph_router = router.with_sink(store.sink(tenant, write_behind=True))    # queued on return
+    await store.prune(retention_cutoff(settings.store, now))                 # retention (db prune)
     await store.aclose()                                                      # commits what is queued
 
 See ``docs/store.md`` for the tables, the durability promise and how keys are kept.
@@ -12,23 +13,28 @@ from ._codec import hash_key
 from ._engine import database_url_for, upgrade
 from ._learned import LearnedExample, LearnedExamples, LearnOutcome, LearnSource
 from ._models import RateWindowRow
+from ._prune import Cutoff, PruneCounts, PruneReport, retention_cutoff
 from ._store import DecisionStore
 from ._values import ApiKey, StoredDecision, StoredOutcome
 from ._writer import DecisionWriter, WriterClosed
 
 __all__ = [
     "ApiKey",
+    "Cutoff",
     "DecisionStore",
     "DecisionWriter",
     "LearnOutcome",
     "LearnSource",
     "LearnedExample",
     "LearnedExamples",
+    "PruneCounts",
+    "PruneReport",
     "RateWindowRow",
     "StoredDecision",
     "StoredOutcome",
     "WriterClosed",
     "database_url_for",
     "hash_key",
+    "retention_cutoff",
     "upgrade",
 ]

@@ -38,6 +38,7 @@ from ._codec import (
 from ._engine import create_store_engine, upgrade
 from ._learned import LearnedExamples
 from ._models import AnswerRow, ApiKeyRow, DecisionRow, OutcomeRow
+from ._prune import DEFAULT_PRUNE_BATCH, Cutoff, PruneCounts, PruneReport, as_cutoff, prune
 from ._values import ApiKey, StoredDecision, StoredOutcome
 from ._writer import DEFAULT_BATCH, DEFAULT_QUEUE, DecisionWriter
 
@@ -298,6 +299,32 @@ class DecisionStore:
             total, kept_n = (await session.execute(query)).one()
         return int(total), int(kept_n)
 
+    async def prune(
+        self,
+        before: datetime | Cutoff,
+        *,
+        tenant: str | None = None,
+        dry_run: bool = False,
+        batch: int = DEFAULT_PRUNE_BATCH,
+        on_batch: Callable[[str, PruneCounts], None] | None = None,
+    ) -> PruneReport:
+        """Delete decisions made before a cut, with their answers and outcomes (``fastslow db prune``).
+
+        Args:
+            before: the cut for every tenant, or a function giving each tenant's (``None``: keep
+                all of that tenant's), such as ``retention_cutoff(settings.store, now)``.
+            tenant: only this tenant's decisions; every tenant's when ``None``.
+            dry_run: count what would go, delete nothing.
+            batch: decisions per transaction: each batch commits on its own, so a prune of
+                millions of rows never holds one long transaction (or SQLite's write lock) for long.
+            on_batch: called after each committed batch with its tenant and counts.
+
+        Learned examples stay (unlinked from their decision); API keys are never touched.
+        """
+        return await prune(
+            self._sessions, as_cutoff(before), tenant=tenant, dry_run=dry_run, batch=batch, on_batch=on_batch
+        )
+
     # -- API keys --------------------------------------------------------------------------------
 
     async def create_key(self, tenant: str, *, name: str | None = None) -> tuple[str, ApiKey]:
@@ -344,6 +371,12 @@ class DecisionStore:
             await session.execute(update(ApiKeyRow).where(ApiKeyRow.id == key_id, live).values(revoked_at=_now()))
             found = await session.scalar(select(ApiKeyRow.id).where(ApiKeyRow.id == key_id))
         return found is not None
+
+    async def get_key(self, key_id: str) -> ApiKey | None:
+        """The record of the key with this id (never the key), revoked or not; ``None`` when there is none."""
+        async with self._sessions() as session:
+            row = await session.scalar(select(ApiKeyRow).where(ApiKeyRow.id == key_id))
+        return None if row is None else api_key(row)
 
     async def list_keys(self, tenant: str | None = None) -> list[ApiKey]:
         """Every key's record (never the key), oldest first; only ``tenant``'s when given."""

@@ -31,8 +31,13 @@ MEMORY_ONLY_ENTRIES = 50_000
 """Embeddings kept in memory only (``persist=False``), most recent first: about 75 MB at 384 dimensions."""
 
 
-def default_cache_dir() -> Path:
-    """``<user cache dir>/fastslow/embeddings`` (platformdirs)."""
+def default_cache_dir(data_dir: Path | None = None) -> Path:
+    """``DATA_DIR/cache/embeddings`` under fastslow's data directory (``Settings.resolved_data_dir()``).
+
+    Without one (a cache made outside any settings), ``<user cache dir>/fastslow/embeddings`` (platformdirs).
+    """
+    if data_dir is not None:
+        return data_dir / "cache" / "embeddings"
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("fastslow")) / "embeddings"

@@ -6,6 +6,9 @@ timeouts; backoff from 0.5 s doubling to a 5 s cap with up to 25 % jitter subtra
 every attempt and every pause fits in the caller's ``Deadline``: we never sleep past it, and an
 attempt's whole exchange (connect, send, headers, every byte of the body) is cut off at it, since
 ``httpx2``'s timeouts are per read and a server trickling its reply would outlive any of them.
+No retry is started once ``may_retry`` says no (checked before each pause and after it): by
+default the circuit breaker the call runs behind (``fastslow.router.engine_api.may_retry``), so a
+breaker that opened meanwhile stops the loop and a half-open probe is one attempt.
 
 Reply bodies are read with a size cap (``fastslow.engines._http_limits``); a reply too large is an
 ``EngineProtocolError`` and is not retried.
@@ -18,7 +21,7 @@ import json
 import math
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -27,6 +30,7 @@ import httpx2
 from fastslow.engines._http_limits import DEFAULT_MAX_REPLY_BYTES, limit_reply, limit_reply_sync
 from fastslow.router import EngineError, EngineHTTPError, EngineProtocolError, EngineTimeout, EngineUnavailable
 from fastslow.router.engine_api import Deadline
+from fastslow.router.engine_api import may_retry as breaker_allows_retry
 
 __all__ = [
     "backoff_s",
@@ -130,12 +134,14 @@ async def post_with_retries(
     max_retries: int,
     engine: str,
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+    may_retry: Callable[[], bool] | None = None,
 ) -> httpx2.Response:
-    """POST until a 2xx reply, a non-retryable status, ``max_retries`` retries or the deadline.
+    """POST until a 2xx reply, a non-retryable status, ``max_retries`` retries, ``may_retry()`` or the deadline.
 
     The response comes back read (``response.content``) and its connection released. ``headers``
     go over the client's default headers; an ``httpx2.Headers`` from ``client_headers`` is sent as
-    it is, merged once for many requests.
+    it is, merged once for many requests. ``may_retry`` (by default, the call's circuit breaker
+    being closed) is asked before each retry; when it says no, the last error is raised.
 
     Raises:
         EngineHTTPError: an error status that is not retryable, or the last one when retries or
@@ -146,7 +152,7 @@ async def post_with_retries(
             cannot be decoded; neither is retried.
     """
     target = url if isinstance(url, httpx2.URL) else httpx2.URL(url)
-    attempts = _Attempts(target, deadline, max_retries, engine)
+    attempts = _Attempts(target, deadline, max_retries, engine, may_retry)
     while True:
         remaining = attempts.remaining()
         try:
@@ -179,6 +185,7 @@ def post_with_retries_sync(
     max_retries: int,
     engine: str,
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+    may_retry: Callable[[], bool] | None = None,
 ) -> httpx2.Response:
     """``post_with_retries`` over a sync client, blocking the calling thread.
 
@@ -186,7 +193,7 @@ def post_with_retries_sync(
     its reply is cut off within one read of the deadline rather than at it.
     """
     target = url if isinstance(url, httpx2.URL) else httpx2.URL(url)
-    attempts = _Attempts(target, deadline, max_retries, engine)
+    attempts = _Attempts(target, deadline, max_retries, engine, may_retry)
     while True:
         remaining = attempts.remaining()
         try:
@@ -212,11 +219,19 @@ def post_with_retries_sync(
 class _Attempts:
     """The retry policy of one POST, shared by the async and sync loops: what failed, and what next."""
 
-    def __init__(self, url: httpx2.URL, deadline: Deadline, max_retries: int, engine: str) -> None:
+    def __init__(
+        self,
+        url: httpx2.URL,
+        deadline: Deadline,
+        max_retries: int,
+        engine: str,
+        may_retry: Callable[[], bool] | None = None,
+    ) -> None:
         self.url = url
         self.deadline = deadline
         self.max_retries = max_retries
         self.engine = engine
+        self.may_retry = may_retry if may_retry is not None else breaker_allows_retry
         self.retry = 0
         self.last: EngineError | None = None
         self.wait: float | None = None
@@ -225,7 +240,12 @@ class _Attempts:
         return f"; the attempt before failed with {self.last}" if self.last is not None else ""
 
     def remaining(self) -> float:
-        """The time left for the next attempt; raises ``EngineTimeout`` when none is."""
+        """The time left for the next attempt; raises ``EngineTimeout`` when none is.
+
+        Before a retry it raises the last error instead when ``may_retry`` turned to no during the pause.
+        """
+        if self.last is not None and not self.may_retry():
+            raise self.last
         remaining = self.deadline.remaining
         if remaining <= 0.0:
             message = f"no reply within the {self.deadline.budget_s:g} s budget{self._earlier()}"
@@ -264,7 +284,7 @@ class _Attempts:
     def pause(self) -> float:
         """The pause before the next attempt; raises the last error when no retry is due or fits."""
         assert self.last is not None
-        if self.retry >= self.max_retries:
+        if self.retry >= self.max_retries or not self.may_retry():
             raise self.last
         pause = self.wait if self.wait is not None else backoff_s(self.retry)
         if pause >= self.deadline.remaining:

@@ -188,6 +188,8 @@ class JevFakeServer:
         self.profile_name = profile
         self.profile: JevProfile | None = PROFILES[profile] if profile else None
         self.api_key = api_key
+        self.compute_delay_s = 0.0
+        """How long a computed reply waits before it is sent (scripted replies have their own delay)."""
         self.requests: list[Recorded] = []
         self._script: deque[Reply] = deque()
         self._lock = threading.Lock()
@@ -225,7 +227,7 @@ class JevFakeServer:
         if self.profile is None:
             return Reply(500, {"error": "no scripted reply left"})
         try:
-            return Reply(200, self._compute(record))
+            return Reply(200, self._compute(record), delay_s=self.compute_delay_s)
         except _Invalid as exc:
             return Reply(exc.status, _error_body(self.profile_name, exc.status, exc.message, exc.loc))
 

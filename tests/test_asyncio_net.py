@@ -1,0 +1,157 @@
+"""The engines' asyncio transport against real loopback servers: reuse, a server's close, timeouts, TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import ssl
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from fastslow.engines._asyncio_net import AsyncioBackend, fast_transport
+from fastslow.engines.jev import JevEngine
+from fastslow.router import JevSettings
+
+LIMITS = httpx2.Limits(max_connections=4, max_keepalive_connections=4, keepalive_expiry=30.0)
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class Loopback:
+    """A bare HTTP/1.1 server on loopback; counts the connections it accepted."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.port = 0
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes | None:
+    """One request's body, or ``None`` when the client closed the connection."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return await reader.readexactly(length)
+
+
+def reply(body: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+
+
+@asynccontextmanager
+async def loopback(handler: Handler, *, tls: ssl.SSLContext | None = None) -> AsyncIterator[Loopback]:
+    state = Loopback()
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        state.connections += 1
+        try:
+            await handler(reader, writer)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0, ssl=tls)
+    state.port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield state
+
+
+async def echo_forever(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while (body := await read_request(reader)) is not None:
+        writer.write(reply(body))
+        await writer.drain()
+
+
+async def test_requests_in_turn_share_one_kept_alive_connection() -> None:
+    async with loopback(echo_forever) as server, httpx2.AsyncClient(transport=fast_transport(LIMITS)) as client:
+        for n in range(3):
+            response = await client.post(f"http://127.0.0.1:{server.port}/", content=b'{"n": %d}' % n)
+            assert response.status_code == 200 and response.json() == {"n": n}
+    assert server.connections == 1
+
+
+async def test_concurrent_requests_each_get_an_answer_on_up_to_the_pool_s_connections() -> None:
+    async with loopback(echo_forever) as server, httpx2.AsyncClient(transport=fast_transport(LIMITS)) as client:
+        url = f"http://127.0.0.1:{server.port}/"
+        answers = await asyncio.gather(*(client.post(url, content=b"[%d]" % n) for n in range(20)))
+    assert [a.json() for a in answers] == [[n] for n in range(20)]
+    assert 1 <= server.connections <= LIMITS.max_connections
+
+
+async def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
+    async def once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = await read_request(reader)
+        writer.write(reply(body or b"{}"))  # keep-alive implied, then the server hangs up anyway
+        await writer.drain()
+
+    async with loopback(once) as server, httpx2.AsyncClient(transport=fast_transport(LIMITS)) as client:
+        url = f"http://127.0.0.1:{server.port}/"
+        assert (await client.post(url, content=b"{}")).status_code == 200
+        await asyncio.sleep(0.1)  # the close reaches the client's reader as end of file
+        # Reusing the closed connection would fail: "server disconnected without sending a response".
+        assert (await client.post(url, content=b"[1]")).json() == [1]
+    assert server.connections == 2
+
+
+async def test_a_server_that_never_answers_is_a_read_timeout() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await asyncio.sleep(5)
+
+    async with loopback(silent) as server, httpx2.AsyncClient(transport=fast_transport(LIMITS)) as client:
+        with pytest.raises(httpx2.ReadTimeout):
+            await client.post(f"http://127.0.0.1:{server.port}/", content=b"{}", timeout=0.2)
+
+
+async def test_nobody_listening_is_a_connect_error() -> None:
+    async with loopback(echo_forever) as server:
+        port = server.port
+    async with httpx2.AsyncClient(transport=fast_transport(LIMITS)) as client:
+        with pytest.raises(httpx2.ConnectError):
+            await client.post(f"http://127.0.0.1:{port}/", content=b"{}")
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("the openssl command is needed to make a certificate for the TLS test")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+async def test_https_goes_through_start_tls_and_checks_the_certificate(certificate: tuple[Path, Path]) -> None:
+    cert, key = certificate
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+    trusted = ssl.create_default_context(cafile=str(cert))
+    async with loopback(echo_forever, tls=served) as server:
+        url = f"https://127.0.0.1:{server.port}/"
+        async with httpx2.AsyncClient(transport=fast_transport(LIMITS, verify=trusted)) as client:
+            assert (await client.post(url, content=b'{"tls": true}')).json() == {"tls": True}
+        async with httpx2.AsyncClient(transport=fast_transport(LIMITS)) as client:
+            with pytest.raises(httpx2.ConnectError):  # the system's roots do not know this certificate
+                await client.post(url, content=b"{}")
+
+
+async def test_the_jev_engine_s_own_client_uses_it() -> None:
+    engine = JevEngine(JevSettings(base_url="http://127.0.0.1:9"))
+    try:
+        pool = engine._client._transport._pool  # type: ignore[attr-defined]
+        assert isinstance(pool._network_backend, AsyncioBackend)
+    finally:
+        await engine.aclose()
