@@ -15,7 +15,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fastslow.router import EngineName, PolicySet, Settings
-from fastslow.router.engine_api import CoalescingEngine, DecisionEngine
+from fastslow.router.engine_api import (
+    BreakerEngine,
+    BreakerSnapshot,
+    CircuitBreaker,
+    CoalescingEngine,
+    DecisionEngine,
+)
 
 from ._learned import LearnedSet
 from ._registry import LEARNS_FROM_EXAMPLES, EngineBuild, _factory, embedded_models_for, examples_for
@@ -54,6 +60,10 @@ class EnginePool:
         self._settings = settings
         self._models = models
         self._engines: dict[tuple[EngineName, str, str], DecisionEngine] = {}
+        # One per network engine name, kept across rebuilds and reloads: an outage outlives a policy.
+        self._breakers: dict[EngineName, CircuitBreaker] = {}
+        # Its own lock: engines are built under ``_lock`` (engine_for), and building one takes a breaker.
+        self._breakers_lock = threading.Lock()
         self._learned = LearnedSet()
         self._lock = threading.Lock()
         # One training at a time: a reload and a retrain at once would only contend for the CPU.
@@ -93,7 +103,7 @@ class EnginePool:
     def _build(self, name: EngineName, policy: PolicySet, learned: LearnedSet) -> DecisionEngine:
         factory = _factory(name)
         if name not in LEARNS_FROM_EXAMPLES:
-            return self._coalesced(factory(EngineBuild(settings=self._settings)))
+            return self._coalesced(self._guarded(name, factory(EngineBuild(settings=self._settings))))
         examples = examples_for(self._settings, policy, learned)
         engine = factory(EngineBuild(settings=self._settings, examples=examples, models=self._shared_models()))
         log.info(
@@ -104,6 +114,29 @@ class EnginePool:
             learned.key or "empty",
         )
         return self._coalesced(engine)
+
+    def _guarded(self, name: EngineName, engine: DecisionEngine) -> DecisionEngine:
+        """A network engine behind its breaker (inside coalescing: one shared call counts once).
+
+        In-process engines get none: their failures (a deadline passed under load) are this
+        replica's own, and failing fast would not spare any server.
+        """
+        settings = self._settings.breaker
+        if not settings.enabled:
+            return engine
+        with self._breakers_lock:
+            breaker = self._breakers.get(name)
+            if breaker is None:
+                breaker = self._breakers[name] = CircuitBreaker(
+                    name, failures=settings.failures, open_s=settings.open_s, probes=settings.probes
+                )
+        return BreakerEngine(engine, breaker)
+
+    def breakers(self) -> dict[EngineName, BreakerSnapshot]:
+        """The state of each network engine's breaker, for readiness and metrics."""
+        with self._breakers_lock:
+            breakers = dict(self._breakers)
+        return {name: breaker.snapshot() for name, breaker in sorted(breakers.items())}
 
     def _coalesced(self, engine: DecisionEngine) -> DecisionEngine:
         settings = self._settings.coalesce

@@ -58,6 +58,7 @@ from ._nodes import classify_node, policy_gate_node, route_edge, router_node
 from ._questions import Choice, Image, Noul, Question, QuestionKind, Score, State
 from ._router import ChatSource, CheckResult, DecisionSink, EngineSource, Incumbent, Router
 from ._settings import (
+    BreakerSettings,
     CoalesceSettings,
     EmbeddedSettings,
     EngineName,
@@ -94,6 +95,7 @@ from ._work import Overloaded, budget_s, current_deadline, current_tenant, reque
 
 __all__ = [
     "Answer",
+    "BreakerSettings",
     "Calibration",
     "ChatSource",
     "CheckAction",

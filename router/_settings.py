@@ -22,6 +22,7 @@ from pydantic_settings import (
 )
 
 __all__ = [
+    "BreakerSettings",
     "CoalesceSettings",
     "EmbeddedSettings",
     "EngineName",
@@ -185,6 +186,18 @@ class StoreSettings(BaseModel):
     JSON: ``FASTSLOW_STORE__TENANT_RETENTION_DAYS='{"acme": 30}'``."""
 
 
+class BreakerSettings(BaseModel):
+    """A circuit breaker in front of each network System-1 engine, per process (docs/deploy.md)."""
+
+    enabled: bool = True
+    failures: int = Field(default=5, ge=1)
+    """Consecutive failures (timeouts, unreachable, 5xx, 429, an upstream 401/403/404) that open it."""
+    open_s: float = Field(default=30.0, ge=0.0)
+    """Seconds an open breaker refuses calls at once, before one probe call may test the engine."""
+    probes: int = Field(default=1, ge=1)
+    """Calls let through at once while half-open; the first to end closes or re-opens the breaker."""
+
+
 class CoalesceSettings(BaseModel):
     """One engine call for many questions about one state, and an optional answer cache (docs/deploy.md).
 
@@ -248,6 +261,7 @@ class Settings(BaseSettings):
     learning: LearningSettings = Field(default_factory=LearningSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
     coalesce: CoalesceSettings = Field(default_factory=CoalesceSettings)
+    breaker: BreakerSettings = Field(default_factory=BreakerSettings)
     rate_limit_per_minute: int = 600
     """Requests per API key per minute (counted in the database, shared by replicas); 0: no limit."""
     auth_cache_s: float = Field(default=5.0, ge=0.0, le=300.0)

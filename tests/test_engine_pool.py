@@ -18,7 +18,7 @@ from fastslow.router import (
     RouteTask,
     Settings,
 )
-from fastslow.router.engine_api import CoalescingEngine, DecisionEngine
+from fastslow.router.engine_api import BreakerEngine, CoalescingEngine, DecisionEngine
 
 ROUTES = {
     "billing": Route(name="billing", description="Money", examples=("I was charged twice", "refund my order")),
@@ -57,9 +57,18 @@ def test_every_engine_name_has_a_factory() -> None:
 async def test_network_engines_are_built_once_and_shared_across_policy_versions() -> None:
     pool = EnginePool(Settings(engine="jev", jev=JevSettings(base_url="http://127.0.0.1:9")))
     first = pool.engine_for(None, _policy("v1"))
-    assert isinstance(first, CoalescingEngine) and isinstance(first.inner, JevEngine)
+    # Coalescing outside the breaker, so one shared call counts once; one breaker per engine name.
+    assert isinstance(first, CoalescingEngine) and isinstance(first.inner, BreakerEngine)
+    assert isinstance(first.inner.inner, JevEngine)
     assert pool.engine_for("jev", _policy("v2")) is first
+    assert list(pool.breakers()) == ["jev"] and pool.breakers()["jev"].state == "closed"
     await pool.aclose()
+
+
+def test_breakers_can_be_turned_off() -> None:
+    off = EnginePool(Settings(engine="jev", jev=JevSettings(base_url="http://127.0.0.1:9"), breaker={"enabled": False}))
+    engine = off.engine_for(None, _policy("v1"))
+    assert isinstance(engine, CoalescingEngine) and isinstance(engine.inner, JevEngine) and off.breakers() == {}
 
 
 @pytest.mark.slow

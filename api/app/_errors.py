@@ -29,6 +29,7 @@ from fastslow.router import (
     Overloaded,
     failure_summary,
 )
+from fastslow.router.engine_api import CircuitOpen
 
 __all__ = [
     "ERROR_RESPONSES",
@@ -176,8 +177,12 @@ async def _on_invalid(_request: Request, exc: Exception) -> JSONResponse:
 
 
 def _upstream_retry_after(exc: EngineError) -> str:
-    """The upstream's own ``Retry-After`` when it sent one, else 1 s; whole seconds, at least 1."""
-    asked = exc.retry_after if isinstance(exc, EngineHTTPError) else None
+    """The upstream's own ``Retry-After`` (or an open breaker's wait), else 1 s; whole seconds, at least 1."""
+    asked: float | None = None
+    if isinstance(exc, EngineHTTPError):
+        asked = exc.retry_after
+    elif isinstance(exc, CircuitOpen):
+        asked = exc.retry_after_s
     return str(max(1, math.ceil(asked))) if asked is not None else "1"
 
 

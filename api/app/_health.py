@@ -1,5 +1,8 @@
 """``/healthz`` (the process is up), ``/readyz`` (store and engines reachable) and ``/metrics``.
 
+A network engine whose circuit breaker is open counts as unreachable: this replica fails its calls
+fast, so it is not ready to answer System-1 questions until a probe closes the breaker again.
+
 ``/readyz`` also says whether the policy file on disk is the policy in force. A file that failed to
 load is reported there (and counted in ``/metrics``) but does not make the replica unready: the last
 good policy is still in force and serving.
@@ -48,7 +51,13 @@ class PolicyFileState(BaseModel):
 class Readiness(BaseModel):
     status: str = Field(description="ready, or not_ready (with status 503).")
     store: bool = Field(description="The decision log answered a query.")
-    engines: dict[str, bool] = Field(description="Each System-1 engine in use: built, and its server reachable.")
+    engines: dict[str, bool] = Field(
+        description="Each System-1 engine in use: built, its server reachable, and its circuit breaker not open."
+    )
+    breakers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Each network engine's circuit breaker on this replica: closed, half_open, open.",
+    )
     policy_version: str
     policy_file: PolicyFileState = Field(description="Whether the policy file on disk is the policy in force.")
 
@@ -100,8 +109,12 @@ async def readyz(services: ServicesDep) -> JSONResponse:
     runtime = services.runtime
     policy = runtime.router.policy
     names = {task.engine or services.settings.engine for task in policy.tasks.values()} | {services.settings.engine}
+    breakers: dict[str, str] = {name: snap.state for name, snap in runtime.engines.breakers().items()}
     engines: dict[str, bool] = {}
     for name in sorted(names):
+        if breakers.get(name) == "open":  # failing fast: this replica's System 1 cannot answer now
+            engines[name] = False
+            continue
         try:
             engines[name] = await _reachable(runtime.engines.engine_for(name, policy))
         except (ConfigError, EngineError):
@@ -112,6 +125,7 @@ async def readyz(services: ServicesDep) -> JSONResponse:
         status="ready" if ready else "not_ready",
         store=store,
         engines=engines,
+        breakers=breakers,
         policy_version=policy.version,
         policy_file=_policy_file_state(runtime.store),
     ).model_dump()
@@ -124,5 +138,6 @@ async def readyz(services: ServicesDep) -> JSONResponse:
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text."}},
 )
 async def metrics(services: ServicesDep) -> Response:
-    """Prometheus metrics: decisions, escalations, engine latency and errors, policy reloads."""
+    """Prometheus metrics: decisions, escalations, engine latency and errors, breakers, policy reloads."""
+    services.metrics.observe_breakers({name: snap.state for name, snap in services.runtime.engines.breakers().items()})
     return Response(services.metrics.render(), media_type=services.metrics.content_type)

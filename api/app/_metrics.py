@@ -10,12 +10,15 @@ names), the engine registry, or small fixed sets.
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from collections.abc import Mapping
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from fastslow.router import Decision
 
 __all__ = ["ApiMetrics"]
 
+_BREAKER_LEVELS = {"closed": 0, "half_open": 1, "open": 2}
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -73,6 +76,17 @@ class ApiMetrics:
             "Engines retrained on learned examples by this replica.",
             registry=self.registry,
         )
+        self.breaker_state = Gauge(
+            "fastslow_engine_breaker_state",
+            "Each network System-1 engine's circuit breaker on this replica: 0 closed, 1 half-open, 2 open.",
+            ["engine"],
+            registry=self.registry,
+        )
+
+    def observe_breakers(self, states: Mapping[str, str]) -> None:
+        """Set the breaker gauge from ``{engine: state}`` (read when metrics are scraped)."""
+        for engine, state in states.items():
+            self.breaker_state.labels(engine=engine).set(_BREAKER_LEVELS[state])
 
     def observe_decisions(self, decisions: list[Decision], *, engine: str) -> None:
         """Count one request's decisions; ``engine`` names the engine when a failed call did not say."""
