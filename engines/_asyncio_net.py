@@ -66,9 +66,15 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
             await self._writer.drain()
 
     async def aclose(self) -> None:
-        # No wait for the close to complete: httpcore closes connections inside shielded scopes
-        # and on the pool's release path, where a peer that never acknowledges must not hold it.
-        self._writer.close()
+        # No wait for the peer (httpcore closes inside shielded scopes and on the pool's release
+        # path, where a peer that never acknowledges must not hold it), but one turn of the loop,
+        # as anyio gives, so the socket is closed now and not whenever the caller next yields; then
+        # abort, so unsent bytes cannot keep it open either.
+        transport = self._writer.transport
+        if not transport.is_closing():
+            transport.close()
+        await asyncio.sleep(0)
+        transport.abort()
 
     async def start_tls(
         self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None

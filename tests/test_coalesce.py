@@ -37,7 +37,7 @@ from fastslow.router import (
     request_scope,
 )
 from fastslow.router._answer_cache import AnswerCache
-from fastslow.router.engine_api import CoalescingEngine, EngineLimits, EngineReply, Usage
+from fastslow.router.engine_api import BreakerEngine, CoalescingEngine, EngineLimits, EngineReply, Usage
 
 
 def _probs(state: State, name: str, question: Question) -> dict[str, float]:
@@ -326,12 +326,14 @@ async def test_the_pool_wraps_each_engine_once_and_shows_its_attributes() -> Non
     settings = Settings(engine="jev", jev=JevSettings(base_url="http://127.0.0.1:9"))
     pool = EnginePool(settings)
     engine = pool.engine_for(None, _policy("v1"))
-    assert isinstance(engine, CoalescingEngine) and isinstance(engine.inner, JevEngine)
+    # A network engine sits behind its breaker, inside coalescing.
+    assert isinstance(engine, CoalescingEngine) and isinstance(engine.inner, BreakerEngine)
+    assert isinstance(engine.inner.inner, JevEngine)
     assert pool.engine_for("jev", _policy("v2")) is engine
-    assert engine.url == engine.inner.url  # read through, for the readiness probe
+    assert engine.url == engine.inner.inner.url  # read through both wrappers, for the readiness probe
     await pool.aclose()
     off = EnginePool(settings.model_copy(update={"coalesce": CoalesceSettings(enabled=False)}))
-    assert isinstance(off.engine_for(None, _policy("v1")), JevEngine)
+    assert isinstance(off.engine_for(None, _policy("v1")), BreakerEngine)
     await off.aclose()
 
 
