@@ -88,6 +88,12 @@ class _Failures:
         return chosen
 
 
+def _chain_deadline(timeout_s: float | None) -> Deadline | None:
+    """One deadline for the whole chain: the call's budget, cut to the request's (``budget_s``)."""
+    budget = budget_s(timeout_s)
+    return Deadline(budget) if budget is not None else None
+
+
 def _remaining(deadline: Deadline | None) -> float | None:
     return None if deadline is None else deadline.remaining
 
@@ -104,10 +110,6 @@ class FallbackEngine:
         self.limits = _common_limits([e.limits for e in self.engines])
         self.examples_versions: Mapping[str, str] = getattr(primary, "examples_versions", None) or {}
 
-    def _deadline(self, options: ReadOptions | None) -> Deadline | None:
-        budget = budget_s(options.timeout_s if options is not None else None)
-        return Deadline(budget) if budget is not None else None
-
     async def decide(
         self,
         state: State,
@@ -117,7 +119,7 @@ class FallbackEngine:
         options: ReadOptions | None = None,
     ) -> EngineReply:
         """The first engine's reply that comes; raises when none answered within the budget."""
-        deadline = self._deadline(options)
+        deadline = _chain_deadline(options.timeout_s if options is not None else None)
         failures = _Failures([e.name for e in self.engines])
         for engine in self.engines:
             left = _remaining(deadline)
@@ -143,7 +145,7 @@ class FallbackEngine:
         The caller then awaits ``decide``, which starts the chain over: an engine that failed here
         is asked again unless its breaker has opened meanwhile.
         """
-        deadline = self._deadline(options)
+        deadline = _chain_deadline(options.timeout_s if options is not None else None)
         failures = _Failures([e.name for e in self.engines])
         for engine in self.engines:
             left = _remaining(deadline)
@@ -196,8 +198,7 @@ class FallbackChatEngine:
         tool_runner: ToolRunner | None = None,
     ) -> ChatResult:
         """The first engine's result; raises when none completed within the budget."""
-        budget = budget_s(timeout_s)
-        deadline = Deadline(budget) if budget is not None else None
+        deadline = _chain_deadline(timeout_s)
         failures = _Failures([e.name for e in self.engines])
         ran: list[ToolCall] = []
         runner = _counting(tool_runner, ran) if tool_runner is not None else None
