@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeAlias, TypeVar
 from langchain_core.messages import BaseMessage
 
 from ._answers import Answer, NoAnswer
+from ._breaker import CircuitOpen
 from ._chat import THOUGHT_TASK, ChatEngine, ToolCall
 from ._checks import check_state, combine, read_size, shadow_verdict
 from ._decisions import (
@@ -527,7 +528,10 @@ def _failed(questions: Mapping[str, Question], exc: BaseException) -> dict[str, 
     """Every question's answer when the engine could not answer at all."""
     # The failure's own text (an upstream's error body, an internal URL) goes to the log only: the
     # decision's detail is stored, and returned to API clients.
-    log.warning("System 1 could not answer %s: %s", sorted(questions), exc)
+    # An open breaker refuses every call until its probe: its failures were logged as they came,
+    # and a line per refused request would flood the log for the whole outage.
+    level = logging.DEBUG if isinstance(exc, CircuitOpen) else logging.WARNING
+    log.log(level, "System 1 could not answer %s: %s", sorted(questions), exc)
     timeout = isinstance(exc, (TimeoutError, EngineTimeout))
     failure = EngineFailure(message=f"System 1 {failure_summary(exc)}", timeout=timeout)
     return dict.fromkeys(questions, failure)
