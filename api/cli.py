@@ -634,11 +634,8 @@ def keys_revoke(
     if not revoked:
         sys.stderr.write(f"key {record.prefix}... (id {key_id}) was already revoked at {_when(record.revoked_at)}\n")
         return
-    # Replicas trust a key they found live for auth_cache_s: say when every one of them refuses it.
-    when = f"within {settings.auth_cache_s:g} s" if settings.auth_cache_s else "at once"
     sys.stderr.write(
-        f"revoked key {record.prefix}... (id {key_id}) of tenant {record.tenant!r}; every replica refuses it "
-        f"{when} (FASTSLOW_AUTH_CACHE_S)\n"
+        f"revoked key {record.prefix}... (id {key_id}) of tenant {record.tenant!r}; every replica refuses it at once\n"
     )
 
 

@@ -4,7 +4,8 @@ Engines that learn from examples (the embedded engines) are trained on the polic
 merged with the examples file from settings, and share one set of loaded models; network engines
 are built once and shared. Each engine is wrapped once in a ``CoalescingEngine`` (unless
 ``Settings.coalesce.enabled`` is off), so concurrent calls about one state from every caller of the
-pool share engine calls.
+pool share engine calls. A network engine sits behind its circuit breaker, inside coalescing; an
+engine with a fallback chain (``Settings.engine_fallbacks``) is a ``FallbackEngine`` over the chain.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from fastslow.router.engine_api import (
     CircuitBreaker,
     CoalescingEngine,
     DecisionEngine,
+    FallbackEngine,
 )
 
 from ._learned import LearnedSet
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["EnginePool", "needs_examples"]
 
 log = logging.getLogger("fastslow.engines")
+
+_CHAINS = 64
 
 
 def needs_examples(name: EngineName | None, *, default: EngineName = "embedded") -> frozenset[str]:
@@ -64,6 +68,7 @@ class EnginePool:
         self._breakers: dict[EngineName, CircuitBreaker] = {}
         # Its own lock: engines are built under ``_lock`` (engine_for), and building one takes a breaker.
         self._breakers_lock = threading.Lock()
+        self._chains: dict[tuple[tuple[EngineName, ...], tuple[tuple[EngineName, str, str], ...]], FallbackEngine] = {}
         self._learned = LearnedSet()
         self._lock = threading.Lock()
         # One training at a time: a reload and a retrain at once would only contend for the CPU.
@@ -80,9 +85,27 @@ class EnginePool:
     def engine_for(self, name: EngineName | None, policy: PolicySet) -> DecisionEngine:
         """The engine ``name`` (the settings' engine when ``None``) trained for ``policy``.
 
+        With a fallback chain for it in ``Settings.engine_fallbacks``, a ``FallbackEngine`` over the
+        chain's engines (each one as ``engine_for`` would give it alone), made once per policy.
+
         Raises:
             ConfigError: an unknown engine name, or an engine that cannot start with these settings.
         """
+        engine_name = name or self._settings.engine
+        fallbacks = self._settings.engine_fallbacks.get(engine_name)
+        if not fallbacks:
+            return self.single_engine(engine_name, policy)
+        chain = (engine_name, *fallbacks)
+        key = (chain, tuple(self._key(n, policy, self._learned) for n in chain))
+        found = self._chains.get(key)
+        if found is None:
+            if len(self._chains) >= _CHAINS:
+                self._chains.clear()  # old policies' and learned sets' chains
+            found = self._chains[key] = FallbackEngine(*(self.single_engine(n, policy) for n in chain))
+        return found
+
+    def single_engine(self, name: EngineName | None, policy: PolicySet) -> DecisionEngine:
+        """The engine ``name`` alone, without its fallbacks (``engine_for`` otherwise)."""
         engine_name = name or self._settings.engine
         learned = self._learned
         key = self._key(engine_name, policy, learned)

@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from fastslow.router import ConfigError, PolicySet
 
@@ -110,6 +111,7 @@ class PolicyStore:
         self._last_error: str | None = None
         # (stat, content hash) of a changed file seen once; loaded when the next check sees the same.
         self._settling: tuple[tuple[int, int, int] | None, str] | None = None
+        self._readying: str | None = None
         self._stat = self._stat_now()
         self._current = loader(self._path)
 
@@ -125,6 +127,14 @@ class PolicyStore:
     @property
     def version(self) -> str:
         return self._current.version
+
+    @property
+    def change(self) -> Literal["settling", "readying"] | None:
+        """A change of the file on its way in: ``settling`` (seen once, loaded when read unchanged
+        again), ``readying`` (loaded and valid, its engines training while the old policy serves)."""
+        if self._readying is not None:
+            return "readying"
+        return "settling" if self._settling is not None else None
 
     @property
     def last_error(self) -> str | None:
@@ -264,6 +274,7 @@ class PolicyStore:
             # One attribute rebind: readers see the old policy or the new one, never a mixture.
             self._current = new
 
+        self._readying = new.version
         try:
             self._activate(new, swap)
         except Exception as exc:
@@ -272,6 +283,8 @@ class PolicyStore:
             # after it: the new policy is in force all the same, so say so below.
             if self._current is not new:
                 return self._failed(f"readying the new policy failed: {type(exc).__name__}: {exc}")
+        finally:
+            self._readying = None
         if self._current is not new:
             return self._failed("readying the new policy did not put it in force")
         self._last_error = None

@@ -168,6 +168,18 @@ class Router:
 
         return Step(run, now)
 
+    def system2_for(self, task_name: str) -> tuple[ChatEngine | None, str]:
+        """The System-2 engine ``task_name``'s escalations go to now, or ``None`` and why not (readiness).
+
+        Raises:
+            ConfigError: the policy has no such task.
+        """
+        policy = self.policy
+        task = policy.tasks.get(task_name)
+        if task is None:
+            raise ConfigError(f"no task {task_name!r} in the policy", key=f"tasks.{task_name}")
+        return self._chat(task, policy)
+
     def _chat(self, task: TaskCommon, policy: PolicySet) -> tuple[ChatEngine | None, str]:
         chat = self._chats.chat_for(task.escalate_to or policy.default_escalate_to)
         if chat is None:

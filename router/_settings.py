@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, NonNegativeInt, SecretStr
+from pydantic import BaseModel, Field, NonNegativeInt, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -107,6 +107,19 @@ class ModelPrice(BaseModel):
     """Price of cached input tokens, when the provider reports them; ``input`` when unset."""
 
 
+class BreakerSettings(BaseModel):
+    """A circuit breaker in front of each network System-1 engine, and of each System-2 model, per process
+    (docs/deploy.md)."""
+
+    enabled: bool = True
+    failures: int = Field(default=5, ge=1)
+    """Consecutive failures (timeouts, unreachable, 5xx, 429, an upstream 401/403/404) that open it."""
+    open_s: float = Field(default=30.0, ge=0.0)
+    """Seconds an open breaker refuses calls at once, before one probe call may test the engine."""
+    probes: int = Field(default=1, ge=1)
+    """Calls let through at once while half-open; the first to end closes or re-opens the breaker."""
+
+
 class System2Settings(BaseModel):
     """Frontier (System-2) models. Keys and base URLs fall back to the SDKs' usual variables
     (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``)."""
@@ -132,6 +145,11 @@ class System2Settings(BaseModel):
     thought_sink: Path | None = None
     """Debugging only, off by default: a JSONL file where tasks that opt in keep model thoughts.
     Nothing ever reads it back into a prompt, a graph state or the decision log."""
+    fallbacks: dict[str, list[str]] = Field(default_factory=dict)
+    """Model reference -> the models asked, in order, when it fails or its breaker is open, within the
+    same budget: ``{"openai:gpt-5.5": ["anthropic:claude-sonnet-4-6"]}``. Unconfigured ones are skipped."""
+    breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+    """One breaker per System-2 model reference (a provider's outage opens each of its models' as they fail)."""
 
 
 class LimitsSettings(BaseModel):
@@ -184,18 +202,6 @@ class StoreSettings(BaseModel):
     tenant_retention_days: dict[str, NonNegativeInt] = Field(default_factory=dict)
     """Per-tenant ``retention_days`` overriding it (0: keep that tenant's forever); in the environment as
     JSON: ``FASTSLOW_STORE__TENANT_RETENTION_DAYS='{"acme": 30}'``."""
-
-
-class BreakerSettings(BaseModel):
-    """A circuit breaker in front of each network System-1 engine, per process (docs/deploy.md)."""
-
-    enabled: bool = True
-    failures: int = Field(default=5, ge=1)
-    """Consecutive failures (timeouts, unreachable, 5xx, 429, an upstream 401/403/404) that open it."""
-    open_s: float = Field(default=30.0, ge=0.0)
-    """Seconds an open breaker refuses calls at once, before one probe call may test the engine."""
-    probes: int = Field(default=1, ge=1)
-    """Calls let through at once while half-open; the first to end closes or re-opens the breaker."""
 
 
 class CoalesceSettings(BaseModel):
@@ -262,10 +268,23 @@ class Settings(BaseSettings):
     store: StoreSettings = Field(default_factory=StoreSettings)
     coalesce: CoalesceSettings = Field(default_factory=CoalesceSettings)
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+    engine_fallbacks: dict[EngineName, list[EngineName]] = Field(default_factory=dict)
+    """System-1 engine -> the engines asked, in order, when it fails or its breaker is open, within the
+    same budget: ``{"jev": ["embedded"]}``. The decision names the engine that answered; the task's
+    thresholds apply to it as they are."""
     rate_limit_per_minute: int = 600
     """Requests per API key per minute (counted in the database, shared by replicas); 0: no limit."""
     auth_cache_s: float = Field(default=5.0, ge=0.0, le=300.0)
-    """How long a replica trusts an API key it found live; a revoked key is refused within this. 0: no cache."""
+    """How long a replica trusts an API key it found live; a revocation empties every replica's cache
+    at once. 0: no cache."""
+
+    @field_validator("engine_fallbacks")
+    @classmethod
+    def _chains_name_others(cls, chains: dict[EngineName, list[EngineName]]) -> dict[EngineName, list[EngineName]]:
+        for primary, fallbacks in chains.items():
+            if primary in fallbacks or len(set(fallbacks)) != len(fallbacks):
+                raise ValueError(f"{primary}: a fallback chain names each engine once, and not the engine itself")
+        return chains
 
     @classmethod
     def settings_customise_sources(

@@ -22,7 +22,7 @@ from fastslow.router import (
     System2Settings,
     ToolCall,
 )
-from fastslow.router.engine_api import ToolOutcome, ToolSpec
+from fastslow.router.engine_api import BreakerChatEngine, ChatEngine, ToolOutcome, ToolSpec
 
 from fakes.openai_server import Reply, error, openai_server, structured, text, tool_calls
 
@@ -32,6 +32,11 @@ SCHEMA = {
     "required": ["answer"],
     "additionalProperties": False,
 }
+
+
+def _bare(engine: ChatEngine | None) -> ChatEngine | None:
+    """The provider's engine under the breaker ``Frontier`` puts every model behind."""
+    return engine.inner if isinstance(engine, BreakerChatEngine) else engine
 
 
 def _settings(base_url: str, **overrides: Any) -> System2Settings:
@@ -322,7 +327,7 @@ def test_the_default_reference_is_used_and_engines_are_cached(monkeypatch: pytes
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
     frontier = Frontier(System2Settings(default="openai:gpt-5.5"))
     engine = frontier.chat_for(None)
-    assert isinstance(engine, OpenAIResponsesEngine) and engine.model == "gpt-5.5"
+    assert isinstance(_bare(engine), OpenAIResponsesEngine) and engine is not None and engine.model == "gpt-5.5"
     assert frontier.chat_for("openai:gpt-5.5") is engine
     assert frontier.chat_for("openai:gpt-5.5-mini") is not engine
 
@@ -346,12 +351,12 @@ def test_openai_references_speak_responses_to_openai_and_chat_completions_elsewh
     if env:
         monkeypatch.setenv("OPENAI_BASE_URL", env)
     frontier = Frontier(System2Settings(openai_base_url=base_url), openai_api=api)
-    assert type(frontier.chat_for("openai:gpt-5.5")) is expected
+    assert type(_bare(frontier.chat_for("openai:gpt-5.5"))) is expected
 
 
 def test_local_references_use_the_self_hosted_server() -> None:
     frontier = Frontier(System2Settings(local_base_url="http://127.0.0.1:8000/v1"))
-    engine = frontier.chat_for("local:qwen")
+    engine = _bare(frontier.chat_for("local:qwen"))
     assert isinstance(engine, OpenAIChatEngine)
     assert engine.base_url.startswith("http://127.0.0.1:8000/v1")
 
@@ -362,7 +367,7 @@ def test_local_references_use_the_self_hosted_server() -> None:
     ids=["key", "base url"],
 )
 def test_anthropic_references_use_the_anthropic_engine(settings: System2Settings) -> None:
-    engine = Frontier(settings).chat_for("anthropic:claude-sonnet-4-6")
+    engine = _bare(Frontier(settings).chat_for("anthropic:claude-sonnet-4-6"))
     assert isinstance(engine, AnthropicChatEngine) and engine.model == "claude-sonnet-4-6"
 
 

@@ -1,4 +1,7 @@
-"""The cache of live API keys: a key is read from the table once per ``auth_cache_s``, revocation lands within it."""
+"""The cache of live API keys: a key is read from the table once per ``auth_cache_s``.
+
+Revocation across replicas is in test_key_revocation.
+"""
 
 from __future__ import annotations
 

@@ -93,6 +93,7 @@ async def test_requests_during_training_are_answered_promptly_under_the_old_poli
             ready = (await client.get("/readyz")).json()
             assert {r["policy_version"] for r in during} == {old}
             assert ready["policy_version"] == old and ready["status"] == "ready"
+            assert ready["policy_file"] == {"in_force": True, "error": None, "change": "readying"}
 
             gate.release.set()
 
@@ -102,6 +103,8 @@ async def test_requests_during_training_are_answered_promptly_under_the_old_poli
             await _until(swapped, "the new policy taking effect")
             after = await _check(client)
             metrics = (await client.get("/metrics")).text
+            settled = (await client.get("/readyz")).json()
+    assert settled["policy_file"]["change"] is None
     assert after["policy_version"] == new and after["verdict"] == "deny"
     assert _sample(metrics, "fastslow_policy_reloads_total") == 1
     assert _sample(metrics, "fastslow_policy_reload_failures_total") == 0

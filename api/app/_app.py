@@ -30,6 +30,7 @@ from ._jev_schemas import jev_components
 from ._keycache import KeyCache
 from ._metrics import ApiMetrics
 from ._ratelimit import RateLimit, RateLimiter
+from ._revocations import revocation_watch
 from ._services import Services
 
 __all__ = ["create_app"]
@@ -56,6 +57,8 @@ def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
             )
             # Closed last: its writer commits what the requests before shutdown queued.
             stack.push_async_callback(decisions.aclose)
+            revocations = revocation_watch(database_url_for(settings))
+            await stack.enter_async_context(revocations.running())
             # Loading the policy trains the embedded engine on its examples: blocking work, off the loop.
             runtime = await asyncio.to_thread(build_runtime, settings)
             stack.push_async_callback(runtime.aclose)
@@ -84,7 +87,7 @@ def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
                 limiter=limiter,
                 engines=engines,
                 learner=learner,
-                keys=KeyCache(settings.auth_cache_s),
+                keys=KeyCache(settings.auth_cache_s, watch=revocations),
             )
             log.info("fastslow API ready: policy %s, engine %s", runtime.store.version, settings.engine)
             yield {"services": services}

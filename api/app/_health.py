@@ -1,11 +1,22 @@
-"""``/healthz`` (the process is up), ``/readyz`` (store and engines reachable) and ``/metrics``.
+"""``/healthz`` (the process is up), ``/readyz`` (this replica can answer) and ``/metrics``.
 
-A network engine whose circuit breaker is open counts as unreachable: this replica fails its calls
-fast, so it is not ready to answer System-1 questions until a probe closes the breaker again.
+Readiness is judged per policy task, by the paths that can answer it now:
 
-``/readyz`` also says whether the policy file on disk is the policy in force. A file that failed to
-load is reported there (and counted in ``/metrics``) but does not make the replica unready: the last
-good policy is still in force and serving.
+* ``system1``: an engine of its System-1 chain (the task's engine, then ``engine_fallbacks``) is
+  built, its server accepts a connection, and its circuit breaker is not open;
+* ``system2``: System 1 cannot, but the task escalates on failure (``on_failure: escalate``) and a
+  model of its System-2 chain (``escalate_to``, then ``system2.fallbacks``) is configured, allowed
+  by the task's egress rule, and not behind an open breaker (frontier APIs are not probed: a probe
+  would cost a call and reach outside);
+* ``none``: no path can answer; a check would fail closed, a route escalate to nobody.
+
+The replica is ready (200) when the decision log answers and every task has a path; ``degraded``
+says some task is served by a fallback or by System 2 only. A network engine whose breaker is open
+counts as unreachable: this replica fails its calls fast until a probe closes it again.
+
+``/readyz`` also says whether the policy file on disk is the policy in force, and whether a change
+is settling or readying. A file that failed to load is reported there (and counted in
+``/metrics``) but does not make the replica unready: the last good policy is still in force.
 
 None of them needs a key: probes and Prometheus scrapers carry none, and nothing here is
 tenant data (see ``_metrics`` for what labels may hold).
@@ -15,15 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import Any, Literal, TypeAlias
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from fastslow.engines import EnginePool
+from fastslow.engines.chat import Frontier
 from fastslow.policies import PolicyStore
-from fastslow.router import ConfigError, EngineError
+from fastslow.router import ConfigError, EngineError, EngineName, PolicySet, Router
 from fastslow.router.engine_api import DecisionEngine
 
 from .deps import ServicesDep
@@ -33,6 +46,8 @@ __all__ = ["router"]
 router = APIRouter(tags=["operations"])
 
 PROBE_TIMEOUT_S = 2.0
+
+Path_: TypeAlias = Literal["system1", "system2", "none"]
 
 
 class Health(BaseModel):
@@ -46,6 +61,11 @@ class PolicyFileState(BaseModel):
     error: str | None = Field(
         default=None, description="Why the file on disk is not in force: the first line of the error, no paths."
     )
+    change: Literal["settling", "readying"] | None = Field(
+        default=None,
+        description="A change on its way in: settling (loaded once read unchanged again), readying (its engines "
+        "training while the policy in force serves).",
+    )
 
 
 class Readiness(BaseModel):
@@ -58,6 +78,14 @@ class Readiness(BaseModel):
         default_factory=dict,
         description="Each network engine's circuit breaker on this replica: closed, half_open, open.",
     )
+    system2: dict[str, str] = Field(
+        default_factory=dict,
+        description="Each System-2 model asked so far on this replica, by reference: its breaker's state.",
+    )
+    paths: dict[str, Path_] = Field(
+        default_factory=dict, description="Each policy task: what can answer it now (system1, system2 or none)."
+    )
+    degraded: bool = Field(default=False, description="Some task is answered by a fallback engine or by System 2 only.")
     policy_version: str
     policy_file: PolicyFileState = Field(description="Whether the policy file on disk is the policy in force.")
 
@@ -65,12 +93,12 @@ class Readiness(BaseModel):
 def _policy_file_state(store: PolicyStore) -> PolicyFileState:
     error = store.last_error
     if error is None:
-        return PolicyFileState(in_force=True)
+        return PolicyFileState(in_force=True, change=store.change)
     # Unauthenticated probes name no file or folder of the server.
     line = error.strip().splitlines()[0] if error.strip() else "unknown error"
     for name in (str(store.path), store.path.name):
         line = line.replace(name, "<policy file>")
-    return PolicyFileState(in_force=False, error=line)
+    return PolicyFileState(in_force=False, error=line, change=store.change)
 
 
 async def _reachable(engine: DecisionEngine) -> bool:
@@ -101,35 +129,64 @@ async def healthz() -> Health:
 
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness, "description": "Not ready."}})
 async def readyz(services: ServicesDep) -> JSONResponse:
-    """Ready when the decision log answers and every engine the policy uses is built and reachable.
+    """Ready when the decision log answers and every policy task has a path that can answer it now.
 
-    A policy file that failed to load is reported in ``policy_file`` without making the replica
-    unready: the last good policy is in force and serving.
+    See the module docstring for the paths. A policy file that failed to load is reported in
+    ``policy_file`` without making the replica unready: the last good policy is in force.
     """
     runtime = services.runtime
     policy = runtime.router.policy
-    names = {task.engine or services.settings.engine for task in policy.tasks.values()} | {services.settings.engine}
+    settings = services.settings
+    default = settings.engine
+    chains: dict[EngineName, list[EngineName]] = {
+        name: [name, *settings.engine_fallbacks.get(name, [])]
+        for name in {task.engine or default for task in policy.tasks.values()} | {default}
+    }
     breakers: dict[str, str] = {name: snap.state for name, snap in runtime.engines.breakers().items()}
     engines: dict[str, bool] = {}
-    for name in sorted(names):
-        if breakers.get(name) == "open":  # failing fast: this replica's System 1 cannot answer now
-            engines[name] = False
-            continue
-        try:
-            engines[name] = await _reachable(runtime.engines.engine_for(name, policy))
-        except (ConfigError, EngineError):
-            engines[name] = False
+    for engine in sorted({n for chain in chains.values() for n in chain}):
+        engines[engine] = await _engine_up(runtime.engines, engine, policy, breakers)
+    paths: dict[str, Path_] = {}
+    for task_name, task in sorted(policy.tasks.items()):
+        if any(engines[n] for n in chains[task.engine or default]):
+            paths[task_name] = "system1"
+        elif task.on_failure == "escalate" and _system2_up(runtime.router, runtime.chats, task_name):
+            paths[task_name] = "system2"
+        else:
+            paths[task_name] = "none"
+    system2: dict[str, str] = {ref: snap.state for ref, snap in runtime.chats.breakers().items()}
     store = await services.decisions.ping()
-    ready = store and all(engines.values())
+    ready = store and all(path != "none" for path in paths.values())
     body: dict[str, Any] = Readiness(
         status="ready" if ready else "not_ready",
         store=store,
         engines=engines,
         breakers=breakers,
+        system2=system2,
+        paths=paths,
+        degraded=not all(engines.values()) or any(path != "system1" for path in paths.values()),
         policy_version=policy.version,
         policy_file=_policy_file_state(runtime.store),
     ).model_dump()
     return JSONResponse(body, status_code=200 if ready else 503)
+
+
+async def _engine_up(engines: EnginePool, name: EngineName, policy: PolicySet, breakers: dict[str, str]) -> bool:
+    if breakers.get(name) == "open":  # failing fast: this replica's engine cannot answer now
+        return False
+    try:
+        return await _reachable(engines.single_engine(name, policy))
+    except (ConfigError, EngineError):
+        return False
+
+
+def _system2_up(router: Router, chats: Frontier, task: str) -> bool:
+    chat, _why_not = router.system2_for(task)
+    if chat is None:
+        return False
+    states = {ref: snap.state for ref, snap in chats.breakers().items()}
+    chain = chats.chain(router.policy.tasks[task].escalate_to or router.policy.default_escalate_to)
+    return any(states.get(ref, "closed") != "open" and chats.chat_for(ref) is not None for ref in chain)
 
 
 @router.get(
@@ -139,5 +196,8 @@ async def readyz(services: ServicesDep) -> JSONResponse:
 )
 async def metrics(services: ServicesDep) -> Response:
     """Prometheus metrics: decisions, escalations, engine latency and errors, breakers, policy reloads."""
-    services.metrics.observe_breakers({name: snap.state for name, snap in services.runtime.engines.breakers().items()})
+    runtime = services.runtime
+    states: dict[str, str] = {name: snap.state for name, snap in runtime.engines.breakers().items()}
+    states |= {f"system2:{ref}": snap.state for ref, snap in runtime.chats.breakers().items()}
+    services.metrics.observe_breakers(states)
     return Response(services.metrics.render(), media_type=services.metrics.content_type)

@@ -6,8 +6,10 @@ SQLite a connection from the pool, on every call). A live key found there is kep
 dictionary key), in a bounded least-recently-used map. Only live keys are kept: an unknown or
 revoked key is looked up every time, so a spray of guesses still costs the guesser a lookup each.
 
-The price, documented in docs/store.md: a key revoked on any replica (``fastslow keys revoke``)
-is refused by every replica within ``ttl_s``, not at once. 0 turns the cache off.
+A revocation empties it at once: a ``RevocationWatch`` (``_revocations``) gives a generation that
+changes whenever a key is revoked anywhere, read before each cached answer; while the watch cannot
+tell (``None``), nothing cached is trusted. A key read live from the table under one generation is
+not kept if a revocation came in meanwhile. 0 turns the cache off.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from fastslow.api.store import ApiKey, hash_key
+
+from ._revocations import Generation, RevocationWatch
 
 __all__ = ["KeyCache"]
 
@@ -29,17 +33,40 @@ class KeyCache:
     Not thread-safe: one event loop uses it.
     """
 
-    def __init__(self, ttl_s: float, *, entries: int = _ENTRIES, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ttl_s: float,
+        *,
+        watch: RevocationWatch | None = None,
+        entries: int = _ENTRIES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if ttl_s < 0 or entries < 1:
             raise ValueError("need ttl_s >= 0 and entries >= 1")
         self.ttl_s = ttl_s
+        self._watch = watch
         self._entries = entries
         self._clock = clock
         self._keys: OrderedDict[str, tuple[float, ApiKey]] = OrderedDict()
+        self._seen: Generation | None = None
+
+    def generation(self) -> Generation | None:
+        """The revocation generation now: pass it to ``put`` for a key about to be read from the table."""
+        return self._watch.generation() if self._watch is not None else 0
+
+    def _current(self) -> bool:
+        """Whether what is cached may be trusted now; empties the cache after a revocation."""
+        generation = self.generation()
+        if generation is None:
+            return False
+        if generation != self._seen:
+            self._keys.clear()
+            self._seen = generation
+        return True
 
     def get(self, key: str) -> ApiKey | None:
-        """The record of ``key`` when it was found live less than ``ttl_s`` ago."""
-        if not self.ttl_s:
+        """The record of ``key`` when it was found live less than ``ttl_s`` ago, and nothing was revoked since."""
+        if not self.ttl_s or not self._current():
             return None
         digest = hash_key(key)
         found = self._keys.get(digest)
@@ -52,10 +79,10 @@ class KeyCache:
         self._keys.move_to_end(digest)
         return record
 
-    def put(self, key: str, record: ApiKey) -> None:
-        """Keep a key just found live."""
-        if not self.ttl_s:
-            return
+    def put(self, key: str, record: ApiKey, *, seen: Generation | None = 0) -> None:
+        """Keep a key just found live, read under generation ``seen`` (``generation()`` before the read)."""
+        if not self.ttl_s or seen is None or not self._current() or seen != self._seen:
+            return  # a revocation may have come in while the key was read
         digest = hash_key(key)
         self._keys[digest] = (self._clock() + self.ttl_s, record)
         self._keys.move_to_end(digest)

@@ -78,7 +78,8 @@ class ApiMetrics:
         )
         self.breaker_state = Gauge(
             "fastslow_engine_breaker_state",
-            "Each network System-1 engine's circuit breaker on this replica: 0 closed, 1 half-open, 2 open.",
+            "Each network System-1 engine's and System-2 model's (engine=\"system2:<ref>\") circuit breaker on this "
+            "replica: 0 closed, 1 half-open, 2 open.",
             ["engine"],
             registry=self.registry,
         )

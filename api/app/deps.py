@@ -81,12 +81,13 @@ async def authenticate(services: Services, authorization: str | None) -> Caller:
         raise ApiError(401, "missing API key: send `Authorization: Bearer <key>`", headers=_CHALLENGE)
     record = services.keys.get(key)
     if record is None:
+        seen = services.keys.generation()
         try:
             record = await services.decisions.authenticate(key)
         except (SQLAlchemyError, OSError) as exc:
             raise StoreUnavailable("the key store is unavailable") from exc
         if record is not None:
-            services.keys.put(key, record)
+            services.keys.put(key, record, seen=seen)
     if record is None:
         if await services.key_revoked(key):
             raise ApiError(403, "this API key was revoked; ask for a new one")

@@ -15,6 +15,7 @@ import hmac
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from types import TracebackType
 
 from sqlalchemy import func, insert, select, text, update
@@ -39,6 +40,7 @@ from ._engine import create_store_engine, upgrade
 from ._learned import LearnedExamples
 from ._models import AnswerRow, ApiKeyRow, DecisionRow, OutcomeRow
 from ._prune import DEFAULT_PRUNE_BATCH, Cutoff, PruneCounts, PruneReport, as_cutoff, prune
+from ._revocations import announce_in, touch_marker
 from ._values import ApiKey, StoredDecision, StoredOutcome
 from ._writer import DEFAULT_BATCH, DEFAULT_QUEUE, DecisionWriter
 
@@ -370,6 +372,11 @@ class DecisionStore:
             live = ApiKeyRow.revoked_at.is_(None)
             await session.execute(update(ApiKeyRow).where(ApiKeyRow.id == key_id, live).values(revoked_at=_now()))
             found = await session.scalar(select(ApiKeyRow.id).where(ApiKeyRow.id == key_id))
+            if found is not None:
+                await announce_in(session)  # every replica drops its cached keys at commit
+        database = self._engine.url.database if self._engine.dialect.name == "sqlite" else None
+        if found is not None and database:
+            await asyncio.to_thread(touch_marker, Path(database))
         return found is not None
 
     async def get_key(self, key_id: str) -> ApiKey | None:

@@ -11,6 +11,10 @@ Which engine serves a reference:
     local:MODEL      -> OpenAIChatEngine on ``local_base_url``
     anthropic:MODEL  -> AnthropicChatEngine
 
+Each model is behind its own circuit breaker (``system2.breaker``), and a reference with a fallback
+chain (``system2.fallbacks``) gets a ``FallbackChatEngine`` over the chain's configured models, so
+an outage or an open breaker moves on to the next model within the same budget.
+
 Every engine gets the thought sink's callback when ``thought_sink`` is set; the sink keeps a
 thought only while a task that opted in (``keep_thoughts``) is running.
 """
@@ -26,7 +30,13 @@ from urllib.parse import urlsplit
 import httpx2
 
 from fastslow.router import System2Settings
-from fastslow.router.engine_api import ChatEngine
+from fastslow.router.engine_api import (
+    BreakerChatEngine,
+    BreakerSnapshot,
+    ChatEngine,
+    CircuitBreaker,
+    FallbackChatEngine,
+)
 
 from ._anthropic import AnthropicChatEngine
 from ._openai import OpenAIChatEngine
@@ -114,6 +124,14 @@ class Frontier:
         self.thoughts = ThoughtSink.from_settings(settings)
         """The debugging sink, ``None`` unless ``settings.thought_sink`` is set."""
         self._engines: dict[str, ChatEngine | None] = {}
+        self._chains: dict[str, ChatEngine | None] = {}
+        self._breakers: dict[str, CircuitBreaker] = {}
+        self._fallbacks = {
+            str(ModelRef.parse(primary, key=f"system2.fallbacks.{primary}")): [
+                ModelRef.parse(f, key=f"system2.fallbacks.{primary}") for f in fallbacks
+            ]
+            for primary, fallbacks in settings.fallbacks.items()
+        }
 
     def on_thought(self, ref: ModelRef) -> Callable[[str], None] | None:
         """The thought callback for engines serving ``ref``; ``None`` when no sink is configured."""
@@ -127,13 +145,41 @@ class Frontier:
         """
         parsed = ModelRef.parse(ref, key="escalate_to") if ref else ModelRef.parse(self.settings.default)
         key = str(parsed)
+        if key not in self._chains:
+            chain = [self._guarded(parsed)] + [self._guarded(f) for f in self._fallbacks.get(key, ())]
+            engines = [engine for engine in chain if engine is not None]
+            self._chains[key] = (
+                None if not engines else engines[0] if len(engines) == 1 else FallbackChatEngine(*engines)
+            )
+        return self._chains[key]
+
+    def _guarded(self, ref: ModelRef) -> ChatEngine | None:
+        """The engine for ``ref`` alone, behind its breaker; ``None`` when its provider is not configured."""
+        key = str(ref)
         if key not in self._engines:
-            self._engines[key] = _BUILDERS[parsed.provider](parsed, self)
+            engine = _BUILDERS[ref.provider](ref, self)
+            settings = self.settings.breaker
+            if engine is not None and settings.enabled:
+                breaker = self._breakers[key] = CircuitBreaker(
+                    key, failures=settings.failures, open_s=settings.open_s, probes=settings.probes
+                )
+                engine = BreakerChatEngine(engine, breaker)
+            self._engines[key] = engine
         return self._engines[key]
+
+    def breakers(self) -> dict[str, BreakerSnapshot]:
+        """The state of each System-2 model's breaker built so far, by model reference."""
+        return {ref: breaker.snapshot() for ref, breaker in sorted(self._breakers.items())}
+
+    def chain(self, ref: str | None) -> list[str]:
+        """The model references ``chat_for(ref)`` asks, in order, configured or not."""
+        parsed = ModelRef.parse(ref, key="escalate_to") if ref else ModelRef.parse(self.settings.default)
+        return [str(parsed), *(str(f) for f in self._fallbacks.get(str(parsed), ()))]
 
     async def aclose(self) -> None:
         """Close every engine built so far."""
         engines, self._engines = self._engines, {}
+        self._chains.clear()
         for engine in engines.values():
             if engine is not None:
                 await engine.aclose()
