@@ -80,6 +80,7 @@ async def test_the_breaker_state_is_reported_and_closes_after_recovery() -> None
                 with pytest.raises(EngineHTTPError):
                     await chat.complete([HumanMessage("hello")])
             assert frontier.breakers()[PRIMARY].state == "open"
+            assert not frontier.answerable(None)  # readiness: no model of the chain can answer now
             with pytest.raises(CircuitOpen):
                 await chat.complete([HumanMessage("hello")])
             assert len(server.requests) == FAILURES
@@ -87,7 +88,7 @@ async def test_the_breaker_state_is_reported_and_closes_after_recovery() -> None
             time.sleep(0.35)  # open_s: the next call is the probe
             result = await chat.complete([HumanMessage("hello")])
             assert result.content == "primary is back"
-            assert frontier.breakers()[PRIMARY].state == "closed"
+            assert frontier.breakers()[PRIMARY].state == "closed" and frontier.answerable(None)
         finally:
             await frontier.aclose()
 

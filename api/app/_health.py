@@ -181,12 +181,9 @@ async def _engine_up(engines: EnginePool, name: EngineName, policy: PolicySet, b
 
 
 def _system2_up(router: Router, chats: Frontier, task: str) -> bool:
-    chat, _why_not = router.system2_for(task)
-    if chat is None:
-        return False
-    states = {ref: snap.state for ref, snap in chats.breakers().items()}
-    chain = chats.chain(router.policy.tasks[task].escalate_to or router.policy.default_escalate_to)
-    return any(states.get(ref, "closed") != "open" and chats.chat_for(ref) is not None for ref in chain)
+    chat, _why_not = router.system2_for(task)  # configured at all, and allowed by the task's egress rule
+    policy = router.policy
+    return chat is not None and chats.answerable(policy.tasks[task].escalate_to or policy.default_escalate_to)
 
 
 @router.get(

@@ -143,7 +143,7 @@ class Frontier:
         Raises:
             ConfigError: the reference is malformed.
         """
-        parsed = ModelRef.parse(ref, key="escalate_to") if ref else ModelRef.parse(self.settings.default)
+        parsed = self._parse(ref)
         key = str(parsed)
         if key not in self._chains:
             chain = [self._guarded(parsed)] + [self._guarded(f) for f in self._fallbacks.get(key, ())]
@@ -171,10 +171,19 @@ class Frontier:
         """The state of each System-2 model's breaker built so far, by model reference."""
         return {ref: breaker.snapshot() for ref, breaker in sorted(self._breakers.items())}
 
-    def chain(self, ref: str | None) -> list[str]:
-        """The model references ``chat_for(ref)`` asks, in order, configured or not."""
-        parsed = ModelRef.parse(ref, key="escalate_to") if ref else ModelRef.parse(self.settings.default)
-        return [str(parsed), *(str(f) for f in self._fallbacks.get(str(parsed), ()))]
+    def answerable(self, ref: str | None) -> bool:
+        """Whether a configured model of ``chat_for(ref)``'s chain is not behind an open breaker now (readiness)."""
+        parsed = self._parse(ref)
+        self.chat_for(ref)  # builds the chain's engines and breakers
+        for model in (parsed, *self._fallbacks.get(str(parsed), ())):
+            key = str(model)
+            breaker = self._breakers.get(key)
+            if self._engines.get(key) is not None and (breaker is None or breaker.snapshot().state != "open"):
+                return True
+        return False
+
+    def _parse(self, ref: str | None) -> ModelRef:
+        return ModelRef.parse(ref, key="escalate_to") if ref else ModelRef.parse(self.settings.default)
 
     async def aclose(self) -> None:
         """Close every engine built so far."""
