@@ -274,6 +274,7 @@ def _route_task(name: str, model: RouteTaskModel, common: TaskCommon, rule: _Exa
         none_option=model.none_of_these,
         open_ended=open_ended,
         context_turns=model.context_turns,
+        system1_context=model.system1_context,
         sticky=Sticky(enabled=model.sticky.enabled, min_change_confidence=model.sticky.min_change_confidence),
     )
     skip = frozenset({model.none_of_these}) if model.none_of_these else frozenset()
@@ -334,7 +335,9 @@ def _check_task(name: str, model: CheckModel, common: TaskCommon, rule: _Example
         action = CheckAction(deny_at=rmodel.deny_at, allow_at=rmodel.allow_at, violation=rmodel.violation)
         background = rmodel.background if isinstance(rmodel, NoulRuleModel) else False
         rules[rname] = Rule(name=rname, question=question, action=action, examples=rexamples, background=background)
-    return CheckTask(**_common_fields(common), rules=rules, on_oversize=model.on_oversize)
+    return CheckTask(
+        **_common_fields(common), rules=rules, on_oversize=model.on_oversize, system1_context=model.system1_context
+    )
 
 
 def to_policy_set(

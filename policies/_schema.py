@@ -311,6 +311,7 @@ class RouteTaskModel(CommonModel):
     none_of_these: str | None = None
     open_ended: Annotated[OpenEndedModel | None, BeforeValidator(_open_ended)] = None
     context_turns: int = Field(default=2, ge=0)
+    system1_context: bool = False
     sticky: Annotated[StickyModel, BeforeValidator(_sticky)] = Field(default_factory=StickyModel)
 
     @field_validator("routes")
@@ -360,6 +361,7 @@ class CheckModel(CommonModel):
     rules: dict[str, Annotated[RuleModel, BeforeValidator(bare_question)]] = Field(min_length=1)
     on_oversize: Literal["review", "deny"] = "review"
     """What a state longer than the engine reads of it gets, when no rule denies it."""
+    system1_context: bool = False
 
     @field_validator("rules")
     @classmethod

@@ -5,17 +5,23 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 from langchain_core.messages import BaseMessage
 
+from ._answers import Answer, NoAnswer
 from ._chat import ToolCall
-from ._decisions import Decision, Verdict
+from ._decisions import Decision, EngineFailure, Verdict
 from ._errors import InvalidRequest
 from ._questions import State
-from ._tasks import CheckTask
+from ._sanitize import strip_thoughts
 
-__all__ = ["check_state", "combine", "read_size", "shadow_verdict"]
+__all__ = ["check_state", "combine", "context_state", "more_suspicious", "read_size", "shadow_verdict"]
+
+CONTEXT_TURNS = 4
+"""The caller's most recent turns System 1 reads with the item when a check task has ``system1_context``."""
+
+Read: TypeAlias = Answer | NoAnswer | EngineFailure
 
 
 def shadow_verdict(decision: Decision, violation: str, from_incumbent: bool) -> Decision:
@@ -29,8 +35,8 @@ def shadow_verdict(decision: Decision, violation: str, from_incumbent: bool) -> 
     return replace(decision, outcome=verdict, verdict=verdict)
 
 
-def check_state(item: str | ToolCall | Mapping[str, Any], context: Sequence[BaseMessage], task: CheckTask) -> State:
-    """The System-1 state for a check: the item, plus the last few turns when there is context.
+def check_state(item: str | ToolCall | Mapping[str, Any]) -> State:
+    """The System-1 state for a check: the item alone (``context_state`` adds the conversation).
 
     A tool call (a ``ToolCall``, or a mapping of just ``tool``/``name`` and ``arguments``/``args``)
     becomes one compact line, the form policy examples are written in: ``shell: rm -rf /srv/data``
@@ -68,10 +74,35 @@ def check_state(item: str | ToolCall | Mapping[str, Any], context: Sequence[Base
             body = dict(item)
     else:
         body = item
-    if task.kind == "check" and context:
-        earlier = [m.text for m in context if m.text][-4:]
-        return {"item": body, "conversation": earlier}
     return body
+
+
+def context_state(body: State, context: Sequence[BaseMessage]) -> State | None:
+    """The item with the caller's last few turns, for the second read; ``None`` without any text turn."""
+    earlier = [text for m in context if (text := strip_thoughts(m.text))][-CONTEXT_TURNS:]
+    return {"item": body, "conversation": earlier} if earlier else None
+
+
+def more_suspicious(
+    alone: Mapping[str, Read], together: Mapping[str, Read], violations: Mapping[str, str]
+) -> dict[str, Read]:
+    """Per rule, the read that puts more probability on the violation; a read that failed wins.
+
+    The item alone is what the rule was trained on; the read with context may only add suspicion,
+    so a conversation can never talk a check out of a violation it sees in the item. A read with no
+    answer is the more suspicious one too: the rule then escalates or fails closed.
+    """
+
+    def suspicion(name: str, read: Read) -> float:
+        if not isinstance(read, Answer):
+            return 2.0 if isinstance(read, EngineFailure) else 1.5
+        return read.probabilities.get(violations[name], 0.0)
+
+    out: dict[str, Read] = {}
+    for name, first in alone.items():
+        second = together.get(name, first)
+        out[name] = second if suspicion(name, second) > suspicion(name, first) else first
+    return out
 
 
 def read_size(state: State) -> int:

@@ -18,7 +18,7 @@ from langchain_core.messages import BaseMessage
 from ._answers import Answer, NoAnswer
 from ._breaker import CircuitOpen
 from ._chat import THOUGHT_TASK, ChatEngine, ToolCall
-from ._checks import check_state, combine, read_size, shadow_verdict
+from ._checks import check_state, combine, context_state, more_suspicious, read_size, shadow_verdict
 from ._decisions import (
     Decision,
     EngineFailure,
@@ -306,7 +306,9 @@ class Router:
         policy = self.policy
         task = self._task(policy, task_name, RouteTask)
         current, earlier = split_turns(messages, task.context_turns)
-        state: State = current if not earlier else {"message": current, "earlier": list(earlier)}
+        # System 2 reads the earlier turns; System 1 only where the task says (see RouteTask.system1_context).
+        conversation: State = current if not earlier else {"message": current, "earlier": list(earlier)}
+        state = conversation if task.system1_context else current
         questions: dict[str, Question] = {task.name: task.question}
         if task.open_ended is not None:
             questions[f"{task.name}.open_ended"] = task.open_ended.question
@@ -323,7 +325,7 @@ class Router:
         )
         if task.mode == "shadow":
             decision = yield self._later(
-                self._shadow(decision, task, policy, task.question, state, incumbent, task.name)
+                self._shadow(decision, task, policy, task.question, conversation, incumbent, task.name)
             )
         else:
             open_ended = answers.get(f"{task.name}.open_ended")
@@ -334,7 +336,7 @@ class Router:
             decision = self._stick(task, decision, previous)
             failed = decision.reason in ("engine_error", "timeout")
             if decision.escalate and decision.reason != "open_ended" and (not failed or task.on_failure == "escalate"):
-                decision = yield self._later(self._escalate(decision, task, policy, task.question, state))
+                decision = yield self._later(self._escalate(decision, task, policy, task.question, conversation))
             decision = audited(decision, task.audit_rate)
         record = self._record([decision], state)
         if record is not None:
@@ -441,14 +443,19 @@ class Router:
     ) -> Plan[CheckResult]:
         policy = self.policy
         task = self._task(policy, task_name, CheckTask)
-        state = check_state(item, context, task)
+        state = check_state(item)
         names = {f"{task.name}.{r}": r for r in task.rules}
         read_limit = self._engines.engine_for(task.engine, policy).limits.max_read_chars
         size = read_size(state) if read_limit is not None else 0
         questions = {full: task.rules[r].question for full, r in names.items()}
         violations = {full: task.rules[r].action.violation for full, r in names.items()}
         asked: Asked = yield self._ask(task, policy, state, questions, violations=violations)
-        answers, _ = asked
+        answers: Mapping[str, Answer | NoAnswer | EngineFailure] = asked[0]
+        with_context = context_state(state, context) if task.system1_context else None
+        if with_context is not None:
+            # Only ever stricter: the item alone is judged above, the conversation may add suspicion.
+            together: Asked = yield self._ask(task, policy, with_context, questions, violations=violations)
+            answers = more_suspicious(answers, together[0], violations)
         decided: dict[str, Decision] = {}
         later: dict[str, Coroutine[Any, Any, Decision]] = {}
         for full, short in names.items():

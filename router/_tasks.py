@@ -132,7 +132,12 @@ class RouteTask(TaskCommon):
     """A route name that means "none of these": choosing it escalates."""
     open_ended: OpenEnded | None = None
     context_turns: int = 2
-    """Earlier turns shown with the current user turn."""
+    """Earlier turns shown with the latest user turn to System 2 (and to System 1 with ``system1_context``)."""
+    system1_context: bool = False
+    """Whether System 1 reads the earlier turns too. Off by default: an example-trained engine learns
+    from single messages, and earlier turns pull its read toward the earlier topic (a new open-ended
+    request after a billing turn was routed to billing at 0.90); follow-ups keep their route through
+    ``sticky`` instead. Turn it on for an engine that reads conversations, measured first."""
     sticky: Sticky = field(default_factory=Sticky)
     _question: Choice | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -177,6 +182,11 @@ class CheckTask(TaskCommon):
     rules: Mapping[str, Rule] = field(default_factory=dict)
     on_oversize: Literal["review", "deny"] = "review"
     """The verdict, unless a rule denies, for a state longer than the engine reads (``EngineLimits.max_read_chars``)."""
+    system1_context: bool = False
+    """Whether System 1 also reads the item with the caller's last turns, in a second read. The item
+    is always judged alone; with this on, each rule keeps the more suspicious of the two reads, so
+    context can raise a violation's probability but never lower it (read with the item, a benign
+    turn diluted ``rm -rf`` from a deny at 0.86 to a review at 0.43). System 2 always gets the context."""
 
 
 Task: TypeAlias = RouteTask | ClassifyTask | CheckTask

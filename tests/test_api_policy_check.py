@@ -86,8 +86,8 @@ async def test_each_rule_decision_is_logged_with_its_answers(api: RunningApi, ke
         ready = (await client.get("/readyz")).json()
     assert response.status_code == 200
     stored = response.json()
-    # With the conversation beside it the call is less certain than alone (review, at the time of writing).
-    assert stored["verdict"] == result["verdict"] in ("deny", "review") and stored["task"] == "destructive_action"
+    # System 1 judges the call alone: a benign conversation beside it does not weaken the deny.
+    assert stored["verdict"] == result["verdict"] == "deny" and stored["task"] == "destructive_action"
     assert set(stored["answers"]) == {"yes", "no"}
     assert stored["answers"]["yes"] == pytest.approx(result["rules"][0]["probability"])
     assert stored["policy_version"] == result["policy_version"] == ready["policy_version"]
