@@ -674,7 +674,10 @@ def db_prune(
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be deleted; delete nothing.")] = False,
 ) -> None:
-    """Delete old decisions with their answers and outcomes, in short batches; learned examples and keys stay."""
+    """Delete old decisions with their answers and outcomes, and expired idempotency keys, in short batches.
+
+    Learned examples and API keys stay.
+    """
     from datetime import UTC, datetime
 
     from rich.console import Console
@@ -689,7 +692,8 @@ def db_prune(
     if before is None and not retention.retention_days and not any(retention.tenant_retention_days.values()):
         _fail(
             "--before: give a date, or set a retention (FASTSLOW_STORE__RETENTION_DAYS or "
-            "FASTSLOW_STORE__TENANT_RETENTION_DAYS); none is set, so every decision is kept",
+            "FASTSLOW_STORE__TENANT_RETENTION_DAYS); none is set, so every decision is kept "
+            "(to delete only expired idempotency keys: --before 1970-01-01)",
             EXIT_BAD_INPUT,
         )
     cut = _parse_before(before) if before is not None else retention_cutoff(retention, datetime.now(UTC))
@@ -719,7 +723,8 @@ def db_prune(
     Console(width=max(120, Console().width), soft_wrap=True).print(table)
     total = report.total
     sys.stderr.write(
-        f"{verb} {total.decisions} decision(s), {total.answers} answer(s), {total.outcomes} outcome(s); "
+        f"{verb} {total.decisions} decision(s), {total.answers} answer(s), {total.outcomes} outcome(s), "
+        f"{report.expired_keys} expired idempotency key(s); "
         f"{total.learned_unlinked} learned example(s) kept, unlinked from their decision\n"
     )
 

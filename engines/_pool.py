@@ -188,7 +188,11 @@ class EnginePool:
         with self._training:
             learned = self._learned
             built: dict[tuple[EngineName, str, str], DecisionEngine] = {}
-            for name in {task.engine or self._settings.engine for task in policy.tasks.values()}:
+            used = {task.engine or self._settings.engine for task in policy.tasks.values()}
+            # A fallback is trained now too: built on the first failing request, its training would
+            # spend that request's budget (and every request's, on a loaded replica) in an outage.
+            chains = {n for name in used for n in (name, *self._settings.engine_fallbacks.get(name, ()))}
+            for name in sorted(chains):
                 key = self._key(name, policy, learned)
                 with self._lock:
                     engine = self._engines.get(key)

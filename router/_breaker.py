@@ -1,47 +1,51 @@
-"""A circuit breaker per engine, and the wrappers that put one in front of a System-1 or System-2 engine.
+"""The wrappers that put a circuit breaker (``_circuit``) in front of a System-1 or System-2 engine.
 
-``CircuitBreaker`` is per-process state with three states:
+``BreakerEngine`` and ``BreakerChatEngine`` ask the breaker before each call, refuse with
+``CircuitOpen`` while it is open, and tell it how each call ended. Both go through one helper,
+``_guarded``, so System 1 and System 2 count alike.
 
-    closed ──(``failures`` consecutive failures)──> open ──(``open_s`` seconds)──> half-open
-      ^                                              ^                               │
-      └──────────────(a probe succeeds)──────────────┼───────(a probe fails)─────────┘
+One cancellation counts: a call cancelled once (nearly) all of its budget had passed is settled as
+a timeout. The router, the coalescer and ``ask_system2`` stop waiting at a call's budget by
+cancelling it, and their timers start a moment before the wrapper's (before an admission wait, or a
+coalescing window), so they fire first: without this rule a hanging engine would never raise
+``EngineTimeout`` to the breaker and would never be cut off. A call cancelled earlier (its caller
+left) or without a budget is no news about the engine and counts for nothing.
 
-While open, calls fail at once with ``CircuitOpen`` (an ``EngineUnavailable``) and never reach the
-engine; half-open lets ``probes`` calls through, and the first of them to end decides.
+The wrappers also tell the Jev wire client's retry loop, through ``may_retry()``, to stop retrying
+once the breaker is no longer closed: one retry loop per call, never on an open breaker.
 
-It counts *consecutive* failures rather than a failure rate over a rolling window: a rate needs a
-minimum volume to mean anything, so on a quiet single deployment (a few calls a minute) a window
-either never fills or opens on two unlucky calls, while "N in a row" behaves the same at any
-traffic. One success resets the count, so a flaky engine that answers most calls stays closed.
-
-What counts as a failure (``counts_as_failure``): an engine that cannot serve anyone. Timeouts,
-unreachable engines, 5xx, 429 (the upstream is shedding load), protocol errors, and an upstream
-401/403/404/407 (our key or URL is wrong: every call will fail alike). Not: ``InvalidRequest`` and the
-other 4xx (the caller's input), ``Overloaded`` (our own queue), cancellation or ``Abandoned`` (the
-caller left), ``ConfigError`` (raised before anything is sent) and exceptions outside the error tree.
-
-``BreakerEngine`` and ``BreakerChatEngine`` also tell the Jev wire client's retry loop, through
-``may_retry()``, to stop retrying once the breaker is no longer closed: one retry loop per call,
-never on an open breaker.
+The state machine and its names (``CircuitBreaker``, ``CircuitOpen``, ``counts_as_failure``, ...)
+are in ``_circuit`` and are re-exported here, where the rest of the router imports them from.
 """
 
 from __future__ import annotations
 
-import threading
+import asyncio
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Any
 
 from langchain_core.messages import BaseMessage
 
 from ._answers import EngineReply
 from ._chat import ChatEngine, ChatResult, ToolRunner, ToolSpec
+from ._circuit import (
+    BreakerSnapshot,
+    BreakerState,
+    CircuitBreaker,
+    CircuitOpen,
+    OnChange,
+    Permit,
+    counts_as_failure,
+)
 from ._engine import DecisionEngine, ReadOptions, SyncDecide
-from ._errors import EngineError, EngineHTTPError, EngineUnavailable
+from ._errors import EngineTimeout
 from ._questions import Image, Question, State
+from ._work import budget_s
 
 __all__ = [
     "BreakerChatEngine",
@@ -50,18 +54,18 @@ __all__ = [
     "BreakerState",
     "CircuitBreaker",
     "CircuitOpen",
+    "OnChange",
     "Permit",
     "counts_as_failure",
+    "failure_log_level",
     "may_retry",
 ]
 
-BreakerState: TypeAlias = Literal["closed", "open", "half_open"]
-OnChange: TypeAlias = Callable[[str, BreakerState, BreakerState], None]
-"""Called as ``on_change(name, old, new)`` after each state change, outside the breaker's lock."""
+_SPENT = 0.9
+"""The share of its budget after which a cancelled call counts as timed out (see the module docstring).
 
-# Upstream statuses that say the engine cannot serve anyone (our credentials, URL or proxy are
-# wrong, or it is timing out or shedding load), as opposed to a 4xx about this one request.
-_ENGINE_FAULT_STATUSES = frozenset({401, 403, 404, 407, 408, 429})
+Below 1 because the cancelling timer started a little before the wrapper's own clock; above any
+share at which a caller plausibly gives up early for a reason of its own."""
 
 _MAY_RETRY: ContextVar[Callable[[], bool] | None] = ContextVar("fastslow_may_retry", default=None)
 
@@ -70,6 +74,15 @@ def may_retry() -> bool:
     """Whether a retry loop running inside this call may try again (``False`` once its breaker left closed)."""
     check = _MAY_RETRY.get()
     return check is None or check()
+
+
+def failure_log_level(error: BaseException) -> int:
+    """The level to log a failed engine call at: debug for an open breaker's refusal, else warning.
+
+    An open breaker refuses every call until its probe; the failures that opened it were logged as
+    they came, and a line per refused request would flood the log for the whole outage.
+    """
+    return logging.DEBUG if isinstance(error, CircuitOpen) else logging.WARNING
 
 
 @contextmanager
@@ -84,213 +97,42 @@ def _retries_while(check: Callable[[], bool]) -> Iterator[None]:
         _MAY_RETRY.reset(token)
 
 
-def counts_as_failure(error: BaseException) -> bool:
-    """Whether ``error`` says the engine cannot serve (see the module docstring), so a breaker counts it."""
-    if isinstance(error, CircuitOpen):
-        return False  # our own fast failure, not news about the engine
-    if isinstance(error, EngineHTTPError):
-        return error.status >= 500 or error.status in _ENGINE_FAULT_STATUSES
-    return isinstance(error, EngineError)
+@dataclass(slots=True)
+class _Call:
+    asked: bool = True
+    """Set to ``False`` when nothing was asked after all: the permit goes back, neither success nor failure."""
 
 
-class CircuitOpen(EngineUnavailable):
-    """A breaker is open: the call was refused without reaching the engine.
+def _cut_off(name: str, budget: float | None, elapsed: float) -> EngineTimeout | None:
+    """The timeout a call cancelled after ``elapsed`` seconds stands for; ``None`` when its caller left early."""
+    if budget is None or budget <= 0.0 or elapsed < _SPENT * budget:
+        return None
+    return EngineTimeout(f"cancelled at its {budget:g} s budget with no answer", engine=name)
 
-    Attributes:
-        retry_after_s: seconds until the breaker lets a probe through.
+
+@contextmanager
+def _guarded(breaker: CircuitBreaker, budget: float | None) -> Iterator[_Call]:
+    """One call through ``breaker`` with ``budget`` seconds: admitted on entry, settled by how it ended.
+
+    Raises:
+        CircuitOpen: the breaker refused the call.
     """
-
-    def __init__(self, message: str, *, engine: str = "", retry_after_s: float = 0.0) -> None:
-        self.retry_after_s = retry_after_s
-        super().__init__(message, engine=engine)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BreakerSnapshot:
-    """A breaker's state at one moment, for readiness and metrics."""
-
-    name: str
-    state: BreakerState
-    consecutive_failures: int
-    """Failures in a row while closed; the count that opened it while open or half-open."""
-    opened_at: float | None
-    """When it last opened, on the breaker's clock; ``None`` while closed."""
-    next_probe_at: float | None
-    """When it lets a probe through, on the breaker's clock; ``None`` unless open."""
-    retry_after_s: float
-    """Seconds from this snapshot until ``next_probe_at`` (0 unless open)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Permit:
-    """Leave to make one call; hand it back to ``CircuitBreaker.settle`` when the call ends."""
-
-    generation: int
-    probe: bool
-
-
-class CircuitBreaker:
-    """Fail fast after repeated engine failures, and probe for recovery (see the module docstring).
-
-    Thread-safe: sync callers (``decide_sync``) and the event loop share one breaker.
-
-    Args:
-        name: the engine's name, in errors and passed to ``on_change``.
-        failures: consecutive failures that open the breaker.
-        open_s: seconds it stays open before letting probes through.
-        probes: calls let through at once while half-open.
-        clock: monotonic seconds; injectable for tests.
-        on_change: called ``(name, old, new)`` after each change of state.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        failures: int = 5,
-        open_s: float = 30.0,
-        probes: int = 1,
-        clock: Callable[[], float] = time.monotonic,
-        on_change: OnChange | None = None,
-    ) -> None:
-        if failures < 1 or probes < 1 or open_s < 0:
-            raise ValueError("failures and probes must be at least 1 and open_s not negative")
-        self.name = name
-        self.failures = failures
-        self.open_s = open_s
-        self.probes = probes
-        self._clock = clock
-        self._on_change = on_change
-        self._lock = threading.Lock()
-        self._state: BreakerState = "closed"
-        self._count = 0
-        self._opened_at: float | None = None
-        self._in_flight = 0
-        # Bumped on every change of state, so a call admitted before one cannot settle the next.
-        self._generation = 0
-
-    @property
-    def state(self) -> BreakerState:
-        """The state now (an open breaker whose time is up reads as half-open)."""
-        return self.snapshot().state
-
-    @property
-    def closed(self) -> bool:
-        """Whether the breaker is closed, without moving it on (cheap: read before every retry)."""
-        return self._state == "closed"
-
-    def snapshot(self) -> BreakerSnapshot:
-        """The state now, with what opened it and when it probes next."""
-        with self._lock:
-            now = self._clock()
-            changes = self._tick(now)
-            wait = self._wait(now)
-            opened = self._opened_at
-            snap = BreakerSnapshot(
-                name=self.name,
-                state=self._state,
-                consecutive_failures=self._count,
-                opened_at=self._opened_at,
-                next_probe_at=opened + self.open_s if self._state == "open" and opened is not None else None,
-                retry_after_s=wait,
-            )
-        self._notify(changes)
-        return snap
-
-    def admit(self) -> Permit:
-        """Leave for one call; raises ``CircuitOpen`` while open or while every probe is out."""
-        with self._lock:
-            now = self._clock()
-            changes = self._tick(now)
-            permit: Permit | None = None
-            if self._state == "closed":
-                permit = Permit(self._generation, probe=False)
-            elif self._state == "half_open" and self._in_flight < self.probes:
-                self._in_flight += 1
-                permit = Permit(self._generation, probe=True)
-            wait = self._wait(now)
-        self._notify(changes)
-        if permit is None:
-            raise self._refusal(wait)
-        return permit
-
-    def settle(self, permit: Permit, error: BaseException | None) -> None:
-        """Record how a call admitted with ``permit`` ended: ``None`` for a success, else what it raised."""
-        if error is None:
-            self._end(permit, "success")
-        else:
-            self._end(permit, "failure" if counts_as_failure(error) else "neutral")
-
-    def release(self, permit: Permit) -> None:
-        """Hand back a ``permit`` that was never used (a probe slot included): neither success nor failure."""
-        self._end(permit, "neutral")
-
-    def _end(self, permit: Permit, outcome: Literal["success", "failure", "neutral"]) -> None:
-        with self._lock:
-            changes: list[tuple[BreakerState, BreakerState]] = []
-            if permit.generation == self._generation:
-                if permit.probe:
-                    self._in_flight -= 1
-                    if outcome != "neutral":
-                        changes.append(self._open() if outcome == "failure" else self._close())
-                elif outcome == "failure":
-                    self._count += 1
-                    if self._count >= self.failures:
-                        changes.append(self._open())
-                elif outcome == "success":
-                    self._count = 0
-        self._notify(changes)
-
-    def reset(self) -> None:
-        """Close the breaker now (an operator's override)."""
-        with self._lock:
-            changes = [] if self._state == "closed" else [self._close()]
-            self._count = 0
-        self._notify(changes)
-
-    # --- under the lock -----------------------------------------------------------------------
-
-    def _tick(self, now: float) -> list[tuple[BreakerState, BreakerState]]:
-        """Move an open breaker whose time is up to half-open (lazily: no timer thread)."""
-        if self._state == "open" and self._opened_at is not None and now >= self._opened_at + self.open_s:
-            return [self._move("half_open")]
-        return []
-
-    def _wait(self, now: float) -> float:
-        if self._state == "open" and self._opened_at is not None:
-            return max(0.0, self._opened_at + self.open_s - now)
-        return 0.0
-
-    def _open(self) -> tuple[BreakerState, BreakerState]:
-        self._opened_at = self._clock()
-        return self._move("open")
-
-    def _close(self) -> tuple[BreakerState, BreakerState]:
-        self._count = 0
-        self._opened_at = None
-        return self._move("closed")
-
-    def _move(self, new: BreakerState) -> tuple[BreakerState, BreakerState]:
-        old, self._state = self._state, new
-        self._generation += 1
-        self._in_flight = 0
-        return old, new
-
-    # --- outside the lock ---------------------------------------------------------------------
-
-    def _refusal(self, wait: float) -> CircuitOpen:
-        if wait > 0:
-            message = f"circuit open after {self.failures} consecutive failures; next probe in {wait:.1f} s"
-        else:
-            message = "circuit half-open: a probe call is already testing the engine"
-        return CircuitOpen(message, engine=self.name, retry_after_s=wait)
-
-    def _notify(self, changes: Sequence[tuple[BreakerState, BreakerState]]) -> None:
-        # Outside the lock, so a callback may read ``snapshot()`` without deadlocking.
-        if self._on_change is not None:
-            for old, new in changes:
-                if old != new:
-                    self._on_change(self.name, old, new)
+    permit = breaker.admit()
+    call = _Call()
+    started = time.monotonic()
+    try:
+        with _retries_while(lambda: breaker.closed):
+            yield call
+    except asyncio.CancelledError as exc:
+        breaker.settle(permit, _cut_off(breaker.name, budget, time.monotonic() - started) or exc)
+        raise
+    except BaseException as exc:
+        breaker.settle(permit, exc)
+        raise
+    if call.asked:
+        breaker.settle(permit, None)
+    else:
+        breaker.release(permit)
 
 
 class BreakerEngine:
@@ -320,15 +162,8 @@ class BreakerEngine:
         options: ReadOptions | None = None,
     ) -> EngineReply:
         """``inner.decide``, or ``CircuitOpen`` at once while the breaker is open."""
-        permit = self.breaker.admit()
-        try:
-            with _retries_while(lambda: self.breaker.closed):
-                reply = await self.inner.decide(state, questions, images=images, options=options)
-        except BaseException as exc:
-            self.breaker.settle(permit, exc)
-            raise
-        self.breaker.settle(permit, None)
-        return reply
+        with _guarded(self.breaker, budget_s(options.timeout_s if options is not None else None)):
+            return await self.inner.decide(state, questions, images=images, options=options)
 
     def decide_sync(
         self,
@@ -342,17 +177,10 @@ class BreakerEngine:
         sync: SyncDecide | None = getattr(self.inner, "decide_sync", None)
         if sync is None:
             return None
-        permit = self.breaker.admit()
-        try:
-            with _retries_while(lambda: self.breaker.closed):
-                reply = sync(state, questions, images=images, options=options)
-        except BaseException as exc:
-            self.breaker.settle(permit, exc)
-            raise
-        if reply is None:
-            self.breaker.release(permit)  # nothing was asked: the caller awaits ``decide`` instead
-        else:
-            self.breaker.settle(permit, None)
+        # Nothing cancels a sync call: it ends at its budget by itself, so no budget is needed here.
+        with _guarded(self.breaker, None) as call:
+            reply = sync(state, questions, images=images, options=options)
+            call.asked = reply is not None  # None: the caller awaits ``decide`` instead
         return reply
 
     async def aclose(self) -> None:
@@ -387,17 +215,10 @@ class BreakerChatEngine:
         tool_runner: ToolRunner | None = None,
     ) -> ChatResult:
         """``inner.complete``, or ``CircuitOpen`` at once while the breaker is open."""
-        permit = self.breaker.admit()
-        try:
-            with _retries_while(lambda: self.breaker.closed):
-                result = await self.inner.complete(
-                    messages, tools=tools, schema=schema, timeout_s=timeout_s, tool_runner=tool_runner
-                )
-        except BaseException as exc:
-            self.breaker.settle(permit, exc)
-            raise
-        self.breaker.settle(permit, None)
-        return result
+        with _guarded(self.breaker, budget_s(timeout_s)):
+            return await self.inner.complete(
+                messages, tools=tools, schema=schema, timeout_s=timeout_s, tool_runner=tool_runner
+            )
 
     async def aclose(self) -> None:
         await self.inner.aclose()

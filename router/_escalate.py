@@ -13,11 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
+from ._breaker import failure_log_level
 from ._chat import ChatEngine
 from ._errors import EngineError, failure_summary
 from ._questions import Choice, Noul, Question, Score, State
+from ._sanitize import strip_thoughts
 
 __all__ = ["System2Answer", "ask_system2", "option_schema"]
 
@@ -60,6 +62,25 @@ def _describe(question: Question) -> str:
     return "\n".join(line for line in lines if line)
 
 
+CONTEXT_TURNS = 8
+"""The caller's most recent conversation turns System 2 reads before the question."""
+
+
+def conversation(context: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The caller's last text turns, as plain user and assistant messages.
+
+    Only text reaches System 2. Another model's thinking blocks and reasoning items (whose
+    signatures only that model can check), tool calls without their results (which a provider
+    refuses), tool output and a caller's own system messages stay out; thought markup inside the
+    text is stripped. A long agent loop sends a bounded window, not its whole history.
+    """
+    turns: list[BaseMessage] = []
+    for message in context:
+        if isinstance(message, (HumanMessage, AIMessage)) and (text := strip_thoughts(message.text)):
+            turns.append(HumanMessage(text) if isinstance(message, HumanMessage) else AIMessage(text))
+    return turns[-CONTEXT_TURNS:]
+
+
 def _state_text(state: State) -> str:
     return state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, indent=1)
 
@@ -76,7 +97,7 @@ async def ask_system2(
     prompt = f"State:\n{_state_text(state)}\n\nQuestion:\n{_describe(question)}\n\nAllowed answers: " + ", ".join(
         question.options
     )
-    messages: list[BaseMessage] = [SystemMessage(_SYSTEM), *context, HumanMessage(prompt)]
+    messages: list[BaseMessage] = [SystemMessage(_SYSTEM), *conversation(context), HumanMessage(prompt)]
     try:
         # The SDKs' timeouts are per read: a deadline over the whole call is ours to keep.
         async with asyncio.timeout(timeout_s):
@@ -85,7 +106,7 @@ async def ask_system2(
         return System2Answer(option=None, model=chat.model, detail=f"System 2 gave no answer within {timeout_s:g} s")
     except EngineError as exc:
         # The provider's own message stays in the log (see failure_summary).
-        log.warning("System 2 (%s) could not answer: %s", chat.model, exc)
+        log.log(failure_log_level(exc), "System 2 (%s) could not answer: %s", chat.model, exc)
         return System2Answer(option=None, model=chat.model, detail=f"System 2 {failure_summary(exc)}")
     structured = result.structured
     option = structured.get("answer") if isinstance(structured, dict) else None

@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeAlias, TypeVar
 from langchain_core.messages import BaseMessage
 
 from ._answers import Answer, NoAnswer
-from ._breaker import CircuitOpen
+from ._breaker import failure_log_level
 from ._chat import THOUGHT_TASK, ChatEngine, ToolCall
 from ._checks import check_state, combine, context_state, more_suspicious, read_size, shadow_verdict
 from ._decisions import (
@@ -118,6 +118,14 @@ class Router:
     @property
     def policy(self) -> PolicySet:
         return self._policies()
+
+    def task(self, name: str, kind: type[K]) -> K:
+        """The task ``name`` of the policy in force, which must be a ``kind`` (say ``RouteTask``).
+
+        Raises:
+            ConfigError: the policy has no such task, or it is of another kind (naming the key).
+        """
+        return self._task(self.policy, name, kind)
 
     def _task(self, policy: PolicySet, name: str, kind: type[K]) -> K:
         task = policy.tasks.get(name)
@@ -547,10 +555,7 @@ def _failed(questions: Mapping[str, Question], exc: BaseException) -> dict[str, 
     """Every question's answer when the engine could not answer at all."""
     # The failure's own text (an upstream's error body, an internal URL) goes to the log only: the
     # decision's detail is stored, and returned to API clients.
-    # An open breaker refuses every call until its probe: its failures were logged as they came,
-    # and a line per refused request would flood the log for the whole outage.
-    level = logging.DEBUG if isinstance(exc, CircuitOpen) else logging.WARNING
-    log.log(level, "System 1 could not answer %s: %s", sorted(questions), exc)
+    log.log(failure_log_level(exc), "System 1 could not answer %s: %s", sorted(questions), exc)
     timeout = isinstance(exc, (TimeoutError, EngineTimeout))
     failure = EngineFailure(message=f"System 1 {failure_summary(exc)}", timeout=timeout)
     return dict.fromkeys(questions, failure)

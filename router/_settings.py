@@ -202,6 +202,9 @@ class StoreSettings(BaseModel):
     tenant_retention_days: dict[str, NonNegativeInt] = Field(default_factory=dict)
     """Per-tenant ``retention_days`` overriding it (0: keep that tenant's forever); in the environment as
     JSON: ``FASTSLOW_STORE__TENANT_RETENTION_DAYS='{"acme": 30}'``."""
+    idempotency_ttl_s: float = Field(default=86_400.0, gt=0)
+    """How long a request's ``Idempotency-Key`` answers its retries with the stored response (24 h);
+    after it the key is new again, and ``fastslow db prune`` deletes it."""
 
 
 class CoalesceSettings(BaseModel):

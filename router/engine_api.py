@@ -29,6 +29,7 @@ from ._breaker import (
     CircuitBreaker,
     CircuitOpen,
     counts_as_failure,
+    failure_log_level,
     may_retry,
 )
 from ._chat import THOUGHT_TASK, ChatEngine, ChatResult, ToolOutcome, ToolRunner, ToolSpec, ToolStep
@@ -84,6 +85,7 @@ __all__ = [
     "Usage",
     "ask_whole_sync",
     "counts_as_failure",
+    "failure_log_level",
     "gather_all",
     "may_retry",
     "neutralise",

@@ -111,3 +111,19 @@ def test_policy_examples_override_the_examples_file_question_by_question(tmp_pat
     assert merged.questions["support"].examples["billing"] == ("I was charged twice", "refund my order")
     assert merged.questions["urgent"].examples["yes"] == ("now!",)
     assert examples_for(Settings(), None) is None
+
+
+async def test_warming_trains_the_fallbacks_of_the_engines_a_policy_uses(tmp_path: Path) -> None:
+    """An outage's first requests must not pay for training the fallback inside their budget."""
+    models = EmbeddedModels(EmbeddedSettings(embedder="minilm"), cache_dir=tmp_path)
+    settings = Settings(
+        engine="jev", jev=JevSettings(base_url="http://127.0.0.1:9/v1"), engine_fallbacks={"jev": ["embedded"]}
+    )
+    pool = EnginePool(settings, models=models)
+    policy = _policy("v1")
+    pool.warm(policy)
+    warmed = dict(pool._engines)
+    assert {name for name, _version, _learned in warmed} == {"jev", "embedded"}
+    pool.engine_for(None, policy)  # the chain reuses what warming built: nothing new is trained
+    assert pool._engines == warmed
+    await pool.aclose()

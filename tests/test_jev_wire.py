@@ -279,3 +279,19 @@ def test_the_thought_is_never_passed_on() -> None:
     reply["diagnostics"]["thought"] = {"tokens": 5, "closed": True, "ms": 3.0, "text": "SECRET-THOUGHT"}
     parsed = parse_reply(reply, _request(STRUCTURED_QUESTIONS, "structured"), engine="e", server_labels=True)
     assert "SECRET-THOUGHT" not in repr(parsed)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"type": "noul", "noul": "x" * 5000},
+        {"type": "x" * 5000},
+        {"type": "refusal", "refusal": "y" * 5000},
+    ],
+)
+def test_an_upstream_value_is_shown_cut_short_in_the_reason(answer: dict[str, Any]) -> None:
+    """The reason reaches decisions and gateway replies: an upstream cannot fill them with its own text."""
+    reply = {"answers": {"q": answer}}
+    found = _parse(reply, {"q": Noul(instructions="?")})["q"]
+    assert isinstance(found, NoAnswer)
+    assert len(found.reason) < 200 and "x" * 100 not in found.reason and "y" * 100 not in found.reason

@@ -1,7 +1,8 @@
 """``GET /v1/decisions/{id}`` and ``POST /v1/decisions/{id}/outcome``: the caller's tenant's decision log.
 
 A decision of another tenant is answered exactly like one that does not exist (404), so a key
-learns nothing about other tenants.
+learns nothing about other tenants. An outcome sent with an ``Idempotency-Key`` is recorded once:
+a retry gets the first response (``_idempotency``).
 """
 
 from __future__ import annotations
@@ -10,15 +11,17 @@ import logging
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request, Response
 from sqlalchemy.exc import SQLAlchemyError
 
-from fastslow.api.store import StoredDecision
+from fastslow.api.store import IdempotentRequest, StoredDecision, StoredOutcome
 
 from ._errors import ERROR_RESPONSES, ApiError, ErrorBody, StoreUnavailable
-from ._json import StrictJsonRoute
+from ._idempotency import IdempotencyKey, idempotent, replayed_responses
+from ._json import StrictJsonRoute, model_response
 from ._schemas import OutcomeOut, OutcomeRequest, StoredDecisionOut
-from .deps import CallerDep, ServicesDep
+from ._services import Services
+from .deps import Caller, CallerDep, ServicesDep
 
 __all__ = ["router"]
 
@@ -67,15 +70,41 @@ async def get_decision(decision_id: DecisionId, services: ServicesDep, caller: C
     return StoredDecisionOut.of(decision)
 
 
-@router.post("/{decision_id}/outcome", status_code=201, response_model=OutcomeOut, responses=_RESPONSES)
+@router.post(
+    "/{decision_id}/outcome",
+    status_code=201,
+    response_model=OutcomeOut,
+    responses={**_RESPONSES, **replayed_responses(201)},
+)
 async def record_outcome(
-    decision_id: DecisionId, body: OutcomeRequest, services: ServicesDep, caller: CallerDep
-) -> OutcomeOut:
+    http_request: Request,
+    decision_id: DecisionId,
+    body: OutcomeRequest,
+    services: ServicesDep,
+    caller: CallerDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
     """Record what turned out to be right: the true label, whether System 2 was right, or both."""
     if not _possible(decision_id):
         raise _not_found(decision_id)
     if body.label is None and body.system2_correct is None:
         raise ApiError(422, "give label, system2_correct, or both", field="label")
+
+    async def work(request: IdempotentRequest | None) -> Response:
+        return await _record_outcome(decision_id, body, services, caller, request)
+
+    return await idempotent(
+        services, caller, "outcome", idempotency_key, http_request, work, path={"decision_id": decision_id}
+    )
+
+
+def _respond(outcome: StoredOutcome) -> tuple[int, bytes]:
+    return 201, OutcomeOut.of(outcome).model_dump_json().encode()
+
+
+async def _record_outcome(
+    decision_id: str, body: OutcomeRequest, services: Services, caller: Caller, request: IdempotentRequest | None
+) -> Response:
     try:
         decision = await services.decisions.get(decision_id, tenant=caller.tenant)
         if decision is None:
@@ -90,6 +119,8 @@ async def record_outcome(
             label=body.label,
             system2_correct=body.system2_correct,
             note=body.note,
+            idempotent=request,
+            respond=None if request is None else _respond,
         )
     except (SQLAlchemyError, OSError) as exc:
         raise StoreUnavailable() from exc
@@ -101,4 +132,4 @@ async def record_outcome(
         # The outcome is committed, and what it teaches can be learned again by a refit; a failure
         # here must not tell the client it was lost.
         log.exception("learning from the outcome of decision %s failed", decision_id)
-    return OutcomeOut.of(outcome)
+    return model_response(OutcomeOut.of(outcome), status_code=201)

@@ -29,7 +29,7 @@ from fastslow.router import (
     Overloaded,
     failure_summary,
 )
-from fastslow.router.engine_api import CircuitOpen
+from fastslow.router.engine_api import CircuitOpen, failure_log_level
 
 __all__ = [
     "ERROR_RESPONSES",
@@ -190,7 +190,7 @@ async def _on_engine(_request: Request, exc: Exception) -> JSONResponse:
     # Only the Jev gateway lets engine errors through: decisions escalate or fail closed instead.
     # The client gets the kind of failure; the upstream's body and address go to the log.
     assert isinstance(exc, EngineError)
-    log.warning("engine error: %s", exc)
+    log.log(failure_log_level(exc), "engine error: %s", exc)
     message = f"the System-1 engine {failure_summary(exc)}"
     if isinstance(exc, EngineHTTPError) and not exc.retryable or isinstance(exc, EngineProtocolError):
         # The upstream refused what this server sent (its key, its configuration) or answered

@@ -2,7 +2,9 @@
 
 Each named policy is a check task of the policy file; its rules are answered by System 1 in one
 call, escalated or failed closed per the policy, and recorded in the caller's decision log before
-the response is sent. Across policies, deny beats review beats allow.
+the response is sent: every decision of the request (all its policies, all a batch's items) in
+one commit, so a failed commit stores none of them. Across policies, deny beats review beats allow.
+With an ``Idempotency-Key`` a retry gets the first response and records nothing (``_idempotency``).
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import asyncio
 import json
 from collections.abc import Sequence
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
+from fastslow.api.store import IdempotentRequest
 from fastslow.router import CheckResult, LimitsSettings, PolicySet, Router, ToolCall
 
 from ._errors import ERROR_RESPONSES, ApiError
+from ._idempotency import IdempotencyKey, Unit, idempotent, replayed_responses
 from ._json import StrictJsonRoute, json_depth, model_response
 from ._schemas import (
     Message,
@@ -27,7 +31,7 @@ from ._schemas import (
     RuleResult,
 )
 from ._services import Services
-from .deps import CallerDep, ServicesDep, TenantRouterDep, rate_limited
+from .deps import Caller, CallerDep, ServicesDep, TenantRouterDep, rate_limited
 
 __all__ = ["router", "to_messages"]
 
@@ -131,21 +135,60 @@ async def _check(
     return _response(results)
 
 
-@router.post("/policy-check", response_model=PolicyCheckResponse, responses=ERROR_RESPONSES)
-async def policy_check(body: PolicyCheckRequest, tenant_router: TenantRouterDep, services: ServicesDep) -> Response:
+_RESPONSES = {**ERROR_RESPONSES, **replayed_responses(200)}
+
+
+@router.post("/policy-check", response_model=PolicyCheckResponse, responses=_RESPONSES)
+async def policy_check(
+    http_request: Request,
+    body: PolicyCheckRequest,
+    tenant_router: TenantRouterDep,
+    services: ServicesDep,
+    caller: CallerDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
     """Check one text or tool call against the named policies: allow, review or deny, with each rule's probability."""
-    return model_response(await _check(tenant_router, services, body))
+
+    async def work(request: IdempotentRequest | None) -> Response:
+        unit = Unit(tenant_router)
+        response = model_response(await _check(unit.router, services, body))
+        return await unit.commit(services, caller.tenant, response, request)
+
+    return await idempotent(services, caller, "policy-check", idempotency_key, http_request, work)
 
 
-@router.post("/policy-check/batch", response_model=PolicyCheckBatchResponse, responses=ERROR_RESPONSES)
+@router.post("/policy-check/batch", response_model=PolicyCheckBatchResponse, responses=_RESPONSES)
 async def policy_check_batch(
-    body: PolicyCheckBatchRequest, tenant_router: TenantRouterDep, services: ServicesDep, caller: CallerDep
+    http_request: Request,
+    body: PolicyCheckBatchRequest,
+    tenant_router: TenantRouterDep,
+    services: ServicesDep,
+    caller: CallerDep,
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Check many items in one call; results come back in the order of ``items``.
 
     Each item counts against the key's rate limit: the request was counted once before its body
-    was read, its other items are counted here, before any decision is made.
+    was read, its other items are counted here, before any decision is made (a replay with an
+    ``Idempotency-Key`` counts once: it decides nothing).
     """
+    return await idempotent(
+        services,
+        caller,
+        "policy-check/batch",
+        idempotency_key,
+        http_request,
+        lambda request: _batch(body, tenant_router, services, caller, request),
+    )
+
+
+async def _batch(
+    body: PolicyCheckBatchRequest,
+    tenant_router: Router,
+    services: Services,
+    caller: Caller,
+    request: IdempotentRequest | None,
+) -> Response:
     for i, item in enumerate(body.items):  # refuse a bad item before any decision is made
         _policies(tenant_router.policy, item.policies, f"items.{i}.")
         _item(item, f"items.{i}.", services.settings.limits)
@@ -153,10 +196,12 @@ async def policy_check_batch(
         await rate_limited(services, caller, n=len(body.items) - 1)
     # Bounded, so one batch cannot take every worker thread of the embedded engine from other callers.
     slots = asyncio.Semaphore(BATCH_CONCURRENCY)
+    unit = Unit(tenant_router)
 
     async def one(item: PolicyCheckRequest) -> PolicyCheckResponse:
         async with slots:
-            return await _check(tenant_router, services, item)
+            return await _check(unit.router, services, item)
 
     results = await asyncio.gather(*(one(item) for item in body.items))
-    return model_response(PolicyCheckBatchResponse(results=list(results)))
+    response = model_response(PolicyCheckBatchResponse(results=list(results)))
+    return await unit.commit(services, caller.tenant, response, request)

@@ -1,22 +1,36 @@
-"""``POST /v1/route``: route a message among a task's routes, with escalation, as the LangGraph node does."""
+"""``POST /v1/route``: route a message among a task's routes, with escalation, as the LangGraph node does.
+
+The decision is committed before the response is sent; with an ``Idempotency-Key`` a retry gets
+the first response and records nothing (``_idempotency``).
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request, Response
+
+from fastslow.api.store import IdempotentRequest
 
 from ._errors import ERROR_RESPONSES, ApiError
-from ._json import StrictJsonRoute
+from ._idempotency import IdempotencyKey, Unit, idempotent, replayed_responses
+from ._json import StrictJsonRoute, model_response
 from ._policy_check import to_messages
 from ._schemas import DecisionOut, RouteRequest, RouteResponse
-from .deps import ServicesDep, TenantRouterDep
+from .deps import CallerDep, ServicesDep, TenantRouterDep
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1", tags=["routing"], route_class=StrictJsonRoute)
 
 
-@router.post("/route", response_model=RouteResponse, responses=ERROR_RESPONSES)
-async def route(body: RouteRequest, tenant_router: TenantRouterDep, services: ServicesDep) -> RouteResponse:
+@router.post("/route", response_model=RouteResponse, responses={**ERROR_RESPONSES, **replayed_responses(200)})
+async def route(
+    http_request: Request,
+    body: RouteRequest,
+    tenant_router: TenantRouterDep,
+    services: ServicesDep,
+    caller: CallerDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
     """Pick a route for the latest user turn; a null route means nobody settled it (hand it to a frontier agent)."""
     tasks = tenant_router.policy.tasks
     task = tasks.get(body.task)
@@ -25,6 +39,12 @@ async def route(body: RouteRequest, tenant_router: TenantRouterDep, services: Se
         raise ApiError(422, f"no route task {body.task!r}; route tasks: {names}", field="task")
     if not any(m.role == "user" for m in body.messages):
         raise ApiError(422, "the conversation needs at least one user turn to route", field="messages")
-    decision = await tenant_router.route(body.task, to_messages(body.messages), previous=body.previous)
-    services.metrics.observe_decisions([decision], engine=services.engine_of(body.task))
-    return RouteResponse(route=decision.outcome, system2=decision.system == 2, decision=DecisionOut.of(decision))
+
+    async def work(request: IdempotentRequest | None) -> Response:
+        unit = Unit(tenant_router)
+        decision = await unit.router.route(body.task, to_messages(body.messages), previous=body.previous)
+        services.metrics.observe_decisions([decision], engine=services.engine_of(body.task))
+        answer = RouteResponse(route=decision.outcome, system2=decision.system == 2, decision=DecisionOut.of(decision))
+        return await unit.commit(services, caller.tenant, model_response(answer), request)
+
+    return await idempotent(services, caller, "route", idempotency_key, http_request, work)

@@ -11,18 +11,21 @@ See ``docs/store.md`` for the tables, the durability promise and how keys are ke
 
 from ._codec import hash_key
 from ._engine import database_url_for, upgrade
+from ._idempotency import IdempotencyKeyTaken, IdempotentRequest, StoredResponse, request_hash
 from ._learned import LearnedExample, LearnedExamples, LearnOutcome, LearnSource
 from ._models import RateWindowRow
 from ._prune import Cutoff, PruneCounts, PruneReport, retention_cutoff
 from ._store import DecisionStore
 from ._values import ApiKey, StoredDecision, StoredOutcome
-from ._writer import DecisionWriter, WriterClosed
+from ._writer import DecisionWriter, Record, WriterClosed
 
 __all__ = [
     "ApiKey",
     "Cutoff",
     "DecisionStore",
     "DecisionWriter",
+    "IdempotencyKeyTaken",
+    "IdempotentRequest",
     "LearnOutcome",
     "LearnSource",
     "LearnedExample",
@@ -30,11 +33,14 @@ __all__ = [
     "PruneCounts",
     "PruneReport",
     "RateWindowRow",
+    "Record",
     "StoredDecision",
     "StoredOutcome",
+    "StoredResponse",
     "WriterClosed",
     "database_url_for",
     "hash_key",
+    "request_hash",
     "retention_cutoff",
     "upgrade",
 ]

@@ -34,6 +34,7 @@ __all__ = [
     "ApiKeyRow",
     "Base",
     "DecisionRow",
+    "IdempotencyKeyRow",
     "LearnedExampleRow",
     "OutcomeRow",
     "RateWindowRow",
@@ -195,3 +196,26 @@ class LearnedExampleRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     retracted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     retracted_why: Mapped[str | None] = mapped_column(Text)
+
+
+class IdempotencyKeyRow(Base):
+    """A request sent with an ``Idempotency-Key`` and the response it got: what its retries are answered.
+
+    Written in the transaction that records the request's decisions (or outcome), so a stored
+    response never exists without what it reports, nor those without it. The primary key is the
+    guard across replicas: one ``(tenant, endpoint, key)`` commits, a second is refused.
+    """
+
+    __tablename__ = "idempotency_keys"
+
+    tenant: Mapped[str] = mapped_column(String, primary_key=True)
+    endpoint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64))
+    """sha256 hex of the request's canonical JSON: a retry must ask the same."""
+    status: Mapped[int] = mapped_column(SmallInteger)
+    body: Mapped[str] = mapped_column(Text)
+    """The response's JSON, as the first request was answered."""
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    """After it the key is forgotten: a request with it is new, and ``fastslow db prune`` deletes the row."""

@@ -1,6 +1,7 @@
 """Deleting old decisions: the decision log's retention (``fastslow db prune``, docs/store.md).
 
 A decision goes together with the rows that belong only to it, its ``answers`` and ``outcomes``.
+Idempotency keys go once they expire (``store.idempotency_ttl_s``), whatever the decisions' cut.
 Learned examples are not the log's to delete: one that was learned from a pruned decision stays,
 with its ``decision_id`` cleared (the foreign key's ``SET NULL``, done here explicitly). API keys
 are never touched.
@@ -19,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from fastslow.router import StoreSettings
 
+from ._idempotency import prune_expired_keys
 from ._models import AnswerRow, DecisionRow, LearnedExampleRow, OutcomeRow
 
 __all__ = [
@@ -67,6 +69,8 @@ class PruneReport:
     cutoffs: dict[str, datetime | None] = field(default_factory=dict)
     """Each tenant's cut; ``None`` where its retention keeps everything."""
     tenants: dict[str, PruneCounts] = field(default_factory=dict)
+    expired_keys: int = 0
+    """Idempotency keys deleted (or, in a dry run, that would be) because they had expired."""
 
     @property
     def total(self) -> PruneCounts:
@@ -144,6 +148,7 @@ async def prune(
     dry_run: bool,
     batch: int,
     on_batch: Callable[[str, PruneCounts], None] | None,
+    now: datetime,
 ) -> PruneReport:
     """``DecisionStore.prune``'s work, tenant by tenant and batch by batch."""
     if not 1 <= batch <= MAX_PRUNE_BATCH:
@@ -171,6 +176,7 @@ async def prune(
             counts.add(done)
             if on_batch is not None:
                 on_batch(name, done)
+    report.expired_keys = await prune_expired_keys(sessions, now, tenant=tenant, dry_run=dry_run, batch=batch)
     return report
 
 

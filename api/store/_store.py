@@ -6,48 +6,46 @@ could lose. Sinks go through the store's one ``DecisionWriter``: group commit by
 committed on return), or write-behind (queued on return) for in-process graphs. The store keeps no
 state of its own beyond the connection pool and that queue: several API replicas can share one
 PostgreSQL database.
+
+``DecisionStore`` is the facade; the work is in modules of their own: reading the log back
+(``_reads``), API keys (``_keys``), the tenant sink (``_sink``), retention (``_prune``) and
+idempotency keys (``_idempotency``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from types import TracebackType
 
-from sqlalchemy import func, insert, select, text, update
+from sqlalchemy import insert, select, text
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from fastslow.router import Decision, DecisionSink, State
 
-from ._codec import (
-    KEY_PREFIX,
-    answer_rows,
-    api_key,
-    canonical_state,
-    clean,
-    decision_row,
-    hash_key,
-    new_key,
-    stored_decision,
-    stored_outcome,
-)
+from . import _keys, _reads
+from ._codec import answer_rows, canonical_state, clean, decision_row, stored_outcome
 from ._engine import create_store_engine, upgrade
+from ._idempotency import (
+    Claims,
+    IdempotencyKeyTaken,
+    IdempotentRequest,
+    StoredResponse,
+    find_response,
+    key_taken,
+    response_row,
+)
 from ._learned import LearnedExamples
-from ._models import AnswerRow, ApiKeyRow, DecisionRow, OutcomeRow
+from ._models import AnswerRow, DecisionRow, IdempotencyKeyRow, OutcomeRow
 from ._prune import DEFAULT_PRUNE_BATCH, Cutoff, PruneCounts, PruneReport, as_cutoff, prune
-from ._revocations import announce_in, touch_marker
+from ._sink import TenantSink
 from ._values import ApiKey, StoredDecision, StoredOutcome
-from ._writer import DEFAULT_BATCH, DEFAULT_QUEUE, DecisionWriter
+from ._writer import DEFAULT_BATCH, DEFAULT_QUEUE, DecisionWriter, Record
 
 __all__ = ["DecisionStore"]
-
-_IN_CHUNK = 500
-"""Ids per ``IN (...)`` list, well under SQLite's limit on bound parameters."""
 
 
 def _now() -> datetime:
@@ -70,6 +68,8 @@ class DecisionStore:
         """What tasks learned from escalations and outcomes (``fastslow.api.learning``)."""
         self.writer = DecisionWriter(engine, queue=queue, batch=batch)
         """The one writer the sinks record through: batches, write-behind and group commit."""
+        self.claims = Claims()
+        """The idempotency keys this process's requests are working on (one request per key at a time)."""
 
     @classmethod
     async def open(
@@ -145,6 +145,39 @@ class DecisionStore:
             if answers:
                 await session.execute(insert(AnswerRow), answers)
 
+    async def record_unit(
+        self,
+        records: Sequence[Record],
+        *,
+        tenant: str,
+        idempotent: IdempotentRequest | None = None,
+        response: tuple[int, bytes] | None = None,
+    ) -> None:
+        """Commit one request's decisions, and its idempotency key with ``response``, in one transaction.
+
+        Committed when this returns; on any failure nothing of it is stored.
+
+        Raises:
+            IdempotencyKeyTaken: another request with ``idempotent``'s key committed first.
+        """
+        _check_tenant(tenant)
+        also: list[tuple[type[IdempotencyKeyRow], dict[str, object]]] = []
+        if idempotent is not None:
+            if response is None:
+                raise ValueError("an idempotent request is stored with its response")
+            status, body = response
+            also.append((IdempotencyKeyRow, response_row(idempotent, status=status, body=body, now=_now())))
+        try:
+            await self.writer.record_unit(records, tenant=tenant, also=also)
+        except IntegrityError as exc:
+            if idempotent is not None and await key_taken(self._sessions, idempotent):
+                raise IdempotencyKeyTaken(idempotent.key) from exc
+            raise
+
+    async def idempotent_response(self, request: IdempotentRequest) -> StoredResponse | None:
+        """The response stored for ``request``'s key (tenant, endpoint and key), unless there is none or it expired."""
+        return await find_response(self._sessions, request, _now())
+
     def sink(
         self, tenant: str, *, store_state: Callable[[str], bool] | bool = False, write_behind: bool = False
     ) -> DecisionSink:
@@ -159,7 +192,7 @@ class DecisionStore:
                 rest. Decisions System 2 answered are still committed before ``record`` returns.
                 Off (the default), ``record`` returns once committed, in a group commit.
         """
-        return _TenantSink(self, _check_tenant(tenant), store_state, write_behind)
+        return TenantSink(self.writer, _check_tenant(tenant), store_state, write_behind)
 
     async def flush(self) -> None:
         """Wait until every decision the sinks queued so far is committed (or given up on and logged)."""
@@ -167,27 +200,7 @@ class DecisionStore:
 
     async def get(self, decision_id: str, *, tenant: str) -> StoredDecision | None:
         """The decision with this id, or ``None`` when there is none for ``tenant``."""
-        async with self._sessions() as session:
-            row = await session.scalar(
-                select(DecisionRow).where(DecisionRow.id == decision_id, DecisionRow.tenant == tenant)
-            )
-            if row is None:
-                return None
-            answers = await self._answers(session, [row.id])
-        return stored_decision(row, answers.get(row.id, {}))
-
-    async def _answers(self, session: AsyncSession, ids: Sequence[str]) -> dict[str, dict[str, float]]:
-        out: dict[str, dict[str, float]] = {}
-        for start in range(0, len(ids), _IN_CHUNK):
-            chunk = ids[start : start + _IN_CHUNK]
-            result = await session.execute(
-                select(AnswerRow.decision_id, AnswerRow.option, AnswerRow.probability).where(
-                    AnswerRow.decision_id.in_(chunk)
-                )
-            )
-            for decision_id, option, probability in result:
-                out.setdefault(decision_id, {})[option] = probability
-        return out
+        return await _reads.decision(self._sessions, decision_id, tenant=tenant)
 
     # -- outcomes --------------------------------------------------------------------------------
 
@@ -199,15 +212,23 @@ class DecisionStore:
         label: str | None = None,
         system2_correct: bool | None = None,
         note: str | None = None,
+        idempotent: IdempotentRequest | None = None,
+        respond: Callable[[StoredOutcome], tuple[int, bytes]] | None = None,
     ) -> StoredOutcome | None:
         """Record what turned out to be right for a decision; committed when this returns.
+
+        With ``idempotent``, its key and the response ``respond`` makes of the outcome are stored in
+        the same transaction.
 
         Returns:
             The outcome, or ``None`` when ``tenant`` has no decision with this id.
 
         Raises:
             ValueError: neither ``label`` nor ``system2_correct`` was given.
+            IdempotencyKeyTaken: another request with ``idempotent``'s key committed first.
         """
+        if (idempotent is None) != (respond is None):
+            raise ValueError("give idempotent and respond together")
         if label is None and system2_correct is None:
             raise ValueError("an outcome needs a label or system2_correct")
         row = OutcomeRow(
@@ -232,8 +253,17 @@ class DecisionStore:
             if owner != tenant:
                 await session.rollback()
                 return None
+            outcome = stored_outcome(row)
+            if idempotent is not None and respond is not None:
+                status, body = respond(outcome)
+                session.add(IdempotencyKeyRow(**response_row(idempotent, status=status, body=body, now=_now())))
+                try:
+                    await session.flush()
+                except IntegrityError as exc:  # the key's primary key: another request committed it first
+                    await session.rollback()
+                    raise IdempotencyKeyTaken(idempotent.key) from exc
             await session.commit()
-        return stored_outcome(row)
+        return outcome
 
     async def outcomes(
         self,
@@ -251,18 +281,7 @@ class DecisionStore:
             since: only decisions made at or after this time.
             limit: at most this many pairs.
         """
-        query = select(DecisionRow, OutcomeRow).join(OutcomeRow, OutcomeRow.decision_id == DecisionRow.id)
-        if tenant is not None:
-            query = query.where(DecisionRow.tenant == tenant)
-        if task is not None:
-            query = query.where(DecisionRow.task == task)
-        if since is not None:
-            query = query.where(DecisionRow.created_at >= since)
-        query = query.order_by(OutcomeRow.created_at.desc(), OutcomeRow.id).limit(limit)
-        async with self._sessions() as session:
-            pairs = [(d, o) for d, o in (await session.execute(query)).all()]
-            answers = await self._answers(session, sorted({d.id for d, _ in pairs}))
-        return [(stored_decision(d, answers.get(d.id, {})), stored_outcome(o)) for d, o in pairs]
+        return await _reads.with_outcomes(self._sessions, tenant=tenant, task=task, since=since, limit=limit)
 
     async def decisions(
         self,
@@ -274,32 +293,15 @@ class DecisionStore:
         limit: int = 100_000,
     ) -> list[StoredDecision]:
         """A task's decisions, newest first, with their distributions (``fastslow report shadow``)."""
-        query = select(DecisionRow).where(DecisionRow.task == task)
-        if tenant is not None:
-            query = query.where(DecisionRow.tenant == tenant)
-        if since is not None:
-            query = query.where(DecisionRow.created_at >= since)
-        if reason is not None:
-            query = query.where(DecisionRow.reason == reason)
-        query = query.order_by(DecisionRow.created_at.desc(), DecisionRow.id).limit(limit)
-        async with self._sessions() as session:
-            rows = list((await session.scalars(query)).all())
-            answers = await self._answers(session, [r.id for r in rows])
-        return [stored_decision(r, answers.get(r.id, {})) for r in rows]
+        return await _reads.task_decisions(
+            self._sessions, task=task, tenant=tenant, since=since, reason=reason, limit=limit
+        )
 
     async def kept_counts(
         self, *, task: str, tenant: str | None = None, since: datetime | None = None
     ) -> tuple[int, int]:
         """(decisions, of which System 1 kept) for ``task``: what its coverage was, labelled or not."""
-        kept = (DecisionRow.system == 1) & ~DecisionRow.escalate & (func.coalesce(DecisionRow.verdict, "") != "review")
-        query = select(func.count(), func.count().filter(kept)).where(DecisionRow.task == task)
-        if tenant is not None:
-            query = query.where(DecisionRow.tenant == tenant)
-        if since is not None:
-            query = query.where(DecisionRow.created_at >= since)
-        async with self._sessions() as session:
-            total, kept_n = (await session.execute(query)).one()
-        return int(total), int(kept_n)
+        return await _reads.kept_counts(self._sessions, task=task, tenant=tenant, since=since)
 
     async def prune(
         self,
@@ -321,10 +323,17 @@ class DecisionStore:
                 millions of rows never holds one long transaction (or SQLite's write lock) for long.
             on_batch: called after each committed batch with its tenant and counts.
 
+        Idempotency keys expired by now go too (``PruneReport.expired_keys``), whatever ``before`` is.
         Learned examples stay (unlinked from their decision); API keys are never touched.
         """
         return await prune(
-            self._sessions, as_cutoff(before), tenant=tenant, dry_run=dry_run, batch=batch, on_batch=on_batch
+            self._sessions,
+            as_cutoff(before),
+            tenant=tenant,
+            dry_run=dry_run,
+            batch=batch,
+            on_batch=on_batch,
+            now=_now(),
         )
 
     # -- API keys --------------------------------------------------------------------------------
@@ -335,101 +344,21 @@ class DecisionStore:
         Returns:
             The key itself, which is not kept and cannot be shown again, and its record.
         """
-        key, prefix, digest = new_key()
-        row = ApiKeyRow(
-            id=uuid.uuid4().hex,
-            tenant=clean(_check_tenant(tenant)),
-            name=None if name is None else clean(name),
-            prefix=prefix,
-            key_hash=digest,
-            created_at=_now(),
-            revoked_at=None,
-        )
-        async with self._sessions.begin() as session:
-            session.add(row)
-        return key, api_key(row)
+        return await _keys.create_key(self._sessions, _check_tenant(tenant), name=name, now=_now())
 
     async def authenticate(self, key: str, *, include_revoked: bool = False) -> ApiKey | None:
         """The record of a live key, or ``None`` for an unknown one (and a revoked one, unless
         ``include_revoked``: the API answers 403 rather than 401 for a key that was revoked)."""
-        if not isinstance(key, str) or not key.startswith(KEY_PREFIX) or len(key) > 200:
-            return None  # not shaped like one of our keys; the shape is public, no timing to hide
-        digest = hash_key(key)
-        # The index lookup by hash is not constant-time, but what it could leak is about the hash
-        # of the caller's own guess, which says nothing about any key of 256 random bits; the final
-        # comparison is constant-time all the same.
-        async with self._sessions() as session:
-            row = await session.scalar(select(ApiKeyRow).where(ApiKeyRow.key_hash == digest))
-        if row is None or not hmac.compare_digest(row.key_hash, digest):
-            return None
-        if row.revoked_at is not None and not include_revoked:
-            return None
-        return api_key(row)
+        return await _keys.authenticate(self._sessions, key, include_revoked=include_revoked)
 
     async def revoke_key(self, key_id: str) -> bool:
         """Revoke a key by its id; ``True`` when the key exists (revoking twice is harmless)."""
-        async with self._sessions.begin() as session:
-            live = ApiKeyRow.revoked_at.is_(None)
-            await session.execute(update(ApiKeyRow).where(ApiKeyRow.id == key_id, live).values(revoked_at=_now()))
-            found = await session.scalar(select(ApiKeyRow.id).where(ApiKeyRow.id == key_id))
-            if found is not None:
-                await announce_in(session)  # every replica drops its cached keys at commit
-        database = self._engine.url.database if self._engine.dialect.name == "sqlite" else None
-        if found is not None and database:
-            await asyncio.to_thread(touch_marker, Path(database))
-        return found is not None
+        return await _keys.revoke_key(self._sessions, self._engine, key_id, now=_now())
 
     async def get_key(self, key_id: str) -> ApiKey | None:
         """The record of the key with this id (never the key), revoked or not; ``None`` when there is none."""
-        async with self._sessions() as session:
-            row = await session.scalar(select(ApiKeyRow).where(ApiKeyRow.id == key_id))
-        return None if row is None else api_key(row)
+        return await _keys.get_key(self._sessions, key_id)
 
     async def list_keys(self, tenant: str | None = None) -> list[ApiKey]:
         """Every key's record (never the key), oldest first; only ``tenant``'s when given."""
-        query = select(ApiKeyRow).order_by(ApiKeyRow.created_at, ApiKeyRow.id)
-        if tenant is not None:
-            query = query.where(ApiKeyRow.tenant == tenant)
-        async with self._sessions() as session:
-            return [api_key(row) for row in await session.scalars(query)]
-
-
-class _TenantSink:
-    """The router's ``DecisionSink`` for one tenant."""
-
-    def __init__(
-        self, store: DecisionStore, tenant: str, store_state: Callable[[str], bool] | bool, write_behind: bool
-    ) -> None:
-        self._store = store
-        self._tenant = tenant
-        self._store_state = store_state
-        self._write_behind = write_behind
-
-    def _keeps_state(self, decisions: Iterable[Decision]) -> bool:
-        if callable(self._store_state):
-            return all(self._store_state(d.task) for d in decisions)
-        return bool(self._store_state)
-
-    async def record(self, decision: Decision, *, state: State) -> None:
-        await self.record_many((decision,), state=state)
-
-    def record_from_thread(self, decisions: Sequence[Decision], *, state: State) -> bool:
-        """Queue ``decisions`` from a sync caller's thread (``DecisionWriter.record_from_thread``).
-
-        Only what ``record_many`` would not wait for: ``False`` for a durable sink and for System-2
-        answers, which are committed before the router returns.
-        """
-        if not self._write_behind or any(d.system == 2 for d in decisions):
-            return False
-        return self._store.writer.record_from_thread(
-            decisions, tenant=self._tenant, state=state, store_state=self._keeps_state(decisions)
-        )
-
-    async def record_many(self, decisions: Sequence[Decision], *, state: State) -> None:
-        """All of one call's decisions in one transaction (one commit instead of several)."""
-        # A System-2 answer cost a frontier model call, next to which its commit is free, and what
-        # learns from it (``Learner.sink``) needs its row in the log: it is never left behind.
-        durable = not self._write_behind or any(d.system == 2 for d in decisions)
-        await self._store.writer.record(
-            decisions, tenant=self._tenant, state=state, store_state=self._keeps_state(decisions), durable=durable
-        )
+        return await _keys.list_keys(self._sessions, tenant)

@@ -4,11 +4,16 @@
     await writer.record(decisions, tenant="acme", state=state)                # queued: write-behind
     await writer.record(decisions, tenant="acme", state=state, durable=True)  # committed: group commit
     await writer.flush()                                                      # everything queued so far
+    await writer.record_unit([Record(decisions=d, state=s)], tenant="acme", also=[(IdempotencyKeyRow, row)])
 
 Callers put entries (the decisions of one call, about one state) on a bounded queue. One task
 takes whatever is queued, up to ``batch`` decisions, and commits it in one transaction with
 multi-row inserts. Nothing waits for company: an entry that finds the writer idle is committed at
 once, and batches form only from what queued while a commit was in flight.
+
+``record_unit`` is the API's way in: every decision one request made (several calls, about
+several states) and the rows that go with them (its idempotency key's) are one entry, so they
+commit together or not at all, and it returns once they did.
 
 Failures (docs/store.md):
 
@@ -28,16 +33,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import Table, insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from fastslow.router import Decision, State
 
 from ._codec import answer_rows, canonical_state, decision_row
-from ._models import AnswerRow, DecisionRow
+from ._models import AnswerRow, Base, DecisionRow
 
-__all__ = ["DEFAULT_BATCH", "DEFAULT_QUEUE", "DecisionWriter", "WriterClosed"]
+__all__ = ["DEFAULT_BATCH", "DEFAULT_QUEUE", "AlsoRow", "DecisionWriter", "Record", "WriterClosed"]
 
 log = logging.getLogger("fastslow.store")
 
@@ -52,32 +57,57 @@ class WriterClosed(RuntimeError):
     """The writer was closed (or its event loop ended): nothing more can be recorded through it."""
 
 
-@dataclass(slots=True, kw_only=True)
-class _Entry:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Record:
+    """One call's decisions about one state, as a part of ``record_unit``."""
+
     decisions: Sequence[Decision]
-    tenant: str
+    state: State
+    store_state: bool = False
+    """Keep the state's text (the task's ``store_state`` policy), not only its digest."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Part:
+    decisions: tuple[Decision, ...]
     digest: str
     state_text: str | None
+
+
+AlsoRow = tuple[type[Base] | Table, dict[str, Any]]
+"""A row of another table committed with an entry's decisions (an idempotency key's)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class _Entry:
+    parts: tuple[_Part, ...]
+    tenant: str
     created_at: datetime
     done: asyncio.Future[None] | None
     """Set once the entry is committed (or failed), for a durable caller; ``None`` for write-behind."""
+    also: tuple[AlsoRow, ...] = ()
+    decisions: tuple[Decision, ...] = ()
+    """Every part's decisions, in order (set from ``parts``)."""
     rows: list[dict[str, Any]] = field(default_factory=list)
     answers: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.decisions = tuple(d for part in self.parts for d in part.decisions)
+
+
+def _part(record: Record) -> _Part:
+    # The state is serialised now: the caller may change it once the record call returns.
+    state_json, digest = canonical_state(record.state)
+    return _Part(
+        decisions=tuple(record.decisions), digest=digest, state_text=state_json if record.store_state else None
+    )
 
 
 def _entry(
     decisions: Sequence[Decision], tenant: str, state: State, store_state: bool, done: asyncio.Future[None] | None
 ) -> _Entry:
-    # The state is serialised now: the caller may change it once the record call returns.
-    state_json, digest = canonical_state(state)
-    return _Entry(
-        decisions=tuple(decisions),
-        tenant=tenant,
-        digest=digest,
-        state_text=state_json if store_state else None,
-        created_at=datetime.now(UTC),
-        done=done,
-    )
+    part = _part(Record(decisions=decisions, state=state, store_state=store_state))
+    return _Entry(parts=(part,), tenant=tenant, created_at=datetime.now(UTC), done=done)
 
 
 def _succeed(entry: _Entry) -> None:
@@ -171,6 +201,26 @@ class DecisionWriter:
         await self._put(entry)
         if done is not None:
             await done
+
+    async def record_unit(self, records: Sequence[Record], *, tenant: str, also: Sequence[AlsoRow] = ()) -> None:
+        """Commit ``records`` and the ``also`` rows in one transaction, all or nothing; return once committed.
+
+        One entry however many records: a batch the database refuses is retried entry by entry,
+        so the unit fails whole (its error raised here), never in part.
+
+        Raises:
+            WriterClosed: the writer was closed.
+        """
+        if self._closed:
+            raise WriterClosed("the decision writer is closed")
+        parts = tuple(_part(record) for record in records if record.decisions)
+        if not parts and not also:
+            return
+        done = asyncio.get_running_loop().create_future()
+        entry = _Entry(parts=parts, tenant=tenant, created_at=datetime.now(UTC), done=done, also=tuple(also))
+        self._start()
+        await self._put(entry)
+        await done
 
     def record_from_thread(
         self, decisions: Sequence[Decision], *, tenant: str, state: State, store_state: bool = False
@@ -327,18 +377,22 @@ class DecisionWriter:
 
     def _rows(self, entry: _Entry) -> bool:
         """Build the entry's rows here, off the caller's path; whether they could be built."""
-        if entry.rows:
+        if entry.rows or (entry.also and not entry.decisions):
             return True
+        if not entry.decisions:  # nothing to write (``record`` and ``record_unit`` queue none such)
+            _succeed(entry)
+            return False
         try:
             entry.rows = [
                 decision_row(
                     d,
                     tenant=entry.tenant,
-                    digest=entry.digest,
-                    state_text=entry.state_text,
+                    digest=part.digest,
+                    state_text=part.state_text,
                     created_at=entry.created_at,
                 )
-                for d in entry.decisions
+                for part in entry.parts
+                for d in part.decisions
             ]
             entry.answers = [row for d in entry.decisions for row in answer_rows(d)]
         except Exception as exc:  # a malformed decision fails its own caller, never its batch
@@ -366,7 +420,11 @@ class DecisionWriter:
         answers = [row for entry in batch for row in entry.answers]
         # Inserts only: on SQLite a transaction whose first statement writes waits for the write
         # lock (busy_timeout) instead of failing the way a read-then-write transaction can.
+        also = [row for entry in batch for row in entry.also]
         async with self._engine.begin() as connection:
-            await connection.execute(insert(DecisionRow), rows)
+            if rows:
+                await connection.execute(insert(DecisionRow), rows)
             if answers:
                 await connection.execute(insert(AnswerRow), answers)
+            for table, row in also:  # after the decisions: when theirs fail, none of these is stored
+                await connection.execute(insert(table), [row])

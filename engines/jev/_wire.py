@@ -62,6 +62,9 @@ GENERIC_INSTRUCTIONS: dict[str, str] = {
 DEFAULT_NOUL_CRITERIA: dict[str, str] = {"true": "the statement holds", "false": "the statement does not hold"}
 """Sent to servers that require both noul outcomes described when a question leaves one out."""
 
+_SHOWN_CHARS = 80
+"""How much of an upstream's value a reason quotes: reasons reach decision details and gateway replies."""
+
 
 @dataclass(frozen=True, slots=True)
 class WireQuestion:
@@ -252,6 +255,12 @@ def encode_body(request: WireRequest) -> tuple[bytes, str]:
 # --- replies -----------------------------------------------------------------------------------
 
 
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut short: the upstream chooses it, and a reason must not carry a whole body."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
 def _noul_probs(answer: Mapping[str, Any]) -> dict[str, float] | str:
     extra = answer.get("probabilities")
     if isinstance(extra, Mapping):
@@ -260,7 +269,7 @@ def _noul_probs(answer: Mapping[str, Any]) -> dict[str, float] | str:
                 return {"yes": extra[yes_key], "no": extra[no_key]}
     p = number(answer.get("noul"))
     if p is None or not -1e-6 <= p <= 1 + 1e-6:
-        return f"noul answer has no probability in [0, 1]: {answer.get('noul')!r}"
+        return f"noul answer has no probability in [0, 1]: {_shown(answer.get('noul'))}"
     p = min(1.0, max(0.0, p))
     return {"yes": p, "no": 1.0 - p}
 
@@ -283,7 +292,7 @@ def _score_probs(answer: Mapping[str, Any], levels: Sequence[str]) -> dict[str, 
         index = str(int(text)) if text.isascii() and text.isdigit() else by_text.get(text)
         value = number(p)
         if value is None:
-            return f"score probability of {text!r} is not a number: {p!r}"
+            return f"score probability of {_shown(text)} is not a number: {_shown(p)}"
         if index is not None:
             out[index] = out.get(index, 0.0) + value
     return out
@@ -300,9 +309,9 @@ def _probabilities(answer: Any, question: Question) -> dict[str, float] | str:
         return "refusal"
     if kind not in ("noul", "choice", "score"):
         why = answer.get("reason")
-        return f"unsupported answer type {kind!r}" + (f" ({why})" if isinstance(why, str) else "")
+        return f"unsupported answer type {_shown(kind)}" + (f" ({_shown(why)})" if isinstance(why, str) else "")
     if kind != question.kind:
-        return f"answer type {kind!r} does not match question type {question.kind!r}"
+        return f"answer type {_shown(kind)} does not match question type {question.kind!r}"
     if isinstance(question, Noul):
         return _noul_probs(answer)
     if isinstance(question, Score):

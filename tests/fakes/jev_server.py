@@ -9,6 +9,10 @@ Two modes, in one server:
   limits are enforced with a 422 in that server's error shape, so splitting is proven end to end.
 
 Every request is recorded (headers, raw body, decoded JSON, multipart parts, client port).
+
+A fault, switched at run time with ``server.fault(kind)`` and ended with ``server.clear_fault()``,
+overrides both modes for every request that arrives meanwhile (``FAULTS`` lists the kinds): a
+misbehaving System 1 for the fault-injection suite. Requests are recorded under a fault too.
 """
 
 from __future__ import annotations
@@ -18,18 +22,28 @@ import email.policy
 import hashlib
 import json
 import math
+import socket
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal, TypeAlias, get_args
 
 from fastslow.engines.jev import PROFILES, JevEngine, JevProfile
 from fastslow.router import JevProfileName, JevSettings
 
-__all__ = ["JevFakeServer", "Recorded", "Reply", "running_jev_engine", "running_jev_server"]
+__all__ = [
+    "FAULTS",
+    "LONG_NOUL",
+    "Fault",
+    "JevFakeServer",
+    "Recorded",
+    "Reply",
+    "running_jev_engine",
+    "running_jev_server",
+]
 
 LAYA_SERVING_ID = "laya-1"
 MODEL_ECHO: dict[str, str] = {
@@ -42,6 +56,25 @@ MODEL_ECHO: dict[str, str] = {
 }
 
 
+Fault: TypeAlias = Literal["http_500", "http_529", "garbage", "wrong_options", "http_401", "hang", "slow", "close"]
+"""What a faulty server does with each request:
+
+* ``http_500``: a 500 with an error body;
+* ``http_529``: a 529 (overloaded) with ``Retry-After: fault_retry_after``;
+* ``garbage``: a 200 whose body is not JSON;
+* ``wrong_options``: a 200 in the wire format whose answers are over options that were not asked
+  (a noul's over ``maybe``/``perhaps`` with ``LONG_NOUL`` for its number, a choice's and a
+  score's over renamed labels);
+* ``http_401``: a 401, as for a wrong key;
+* ``hang``: no reply at all until ``clear_fault()`` (or ``stop()``);
+* ``slow``: the computed reply, sent after ``fault_delay_s``;
+* ``close``: part of a reply's headers and body, then the connection is closed.
+"""
+FAULTS: tuple[Fault, ...] = get_args(Fault)
+LONG_NOUL = "maybe, " * 200
+"""What a ``wrong_options`` fault sends as a noul's number: a long text that no reason may quote whole."""
+
+
 @dataclass(frozen=True)
 class Reply:
     """One scripted reply; a dict or list body is sent as JSON, str/bytes verbatim."""
@@ -50,6 +83,8 @@ class Reply:
     body: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    action: Literal["reply", "hang", "close"] = "reply"
+    """``hang``: send nothing until the fault is cleared; ``close``: cut the connection mid-reply."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +138,20 @@ def _distribution(state: Any, instructions: Any, options: list[str]) -> list[flo
     return [w / total for w in weights]
 
 
+def _unasked_options(reply: dict[str, Any]) -> dict[str, Any]:
+    """``reply`` with every answer moved onto options nobody asked about (the ``wrong_options`` fault)."""
+    answers: dict[str, Any] = {}
+    for name, answer in reply.get("answers", {}).items():
+        if answer["type"] == "noul":
+            answers[name] = {"type": "noul", "noul": LONG_NOUL, "probabilities": {"maybe": 0.6, "perhaps": 0.4}}
+            continue
+        probs = {f"unasked {label}": p for label, p in answer["probabilities"].items()}
+        answers[name] = {**answer, "probabilities": probs, "legend": {}}
+        if answer["type"] == "choice":
+            answers[name]["choice"] = f"unasked {answer['choice']}"
+    return {**reply, "answers": answers}
+
+
 def _entropy(probs: list[float]) -> float:
     return -math.fsum(p * math.log(p) for p in probs if p > 0)
 
@@ -151,9 +200,25 @@ class _Handler(BaseHTTPRequestHandler):
             client_port=self.client_address[1],
         )
         reply = fake._next(record)
+        if reply.action == "close":
+            self._cut()
+            return
+        if reply.action == "hang":
+            fake._hang()
+            reply = fake._computed(record)
         if reply.delay_s:
             fake._stop.wait(reply.delay_s)
         self._send(reply.status, reply.body, reply.headers)
+
+    def _cut(self) -> None:
+        """Promise a body, send a piece of it, and close the connection (a server dying mid-reply)."""
+        self.close_connection = True
+        try:
+            self.wfile.write(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n{"ans')
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # the client left first
 
     def _send(self, status: int, body: Any, headers: Mapping[str, str] | None = None) -> None:
         if isinstance(body, bytes):
@@ -164,7 +229,8 @@ class _Handler(BaseHTTPRequestHandler):
             data, kind = json.dumps(body).encode(), "application/json"
         try:
             self.send_response(status)
-            self.send_header("Content-Type", kind)
+            if not any(name.lower() == "content-type" for name in headers or {}):
+                self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(data)))
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
@@ -190,7 +256,13 @@ class JevFakeServer:
         self.api_key = api_key
         self.compute_delay_s = 0.0
         """How long a computed reply waits before it is sent (scripted replies have their own delay)."""
+        self.fault_delay_s = 2.0
+        """How long a ``slow`` fault waits before it answers."""
+        self.fault_retry_after = "7"
+        """The ``Retry-After`` an ``http_529`` fault sends."""
         self.requests: list[Recorded] = []
+        self._fault: Fault | None = None
+        self._released = threading.Event()
         self._script: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -208,11 +280,32 @@ class JevFakeServer:
         with self._lock:
             self._script.extend(replies)
 
+    def fault(self, kind: Fault) -> None:
+        """Misbehave as ``kind`` (see ``Fault``) for every request from now on, scripted ones included."""
+        with self._lock:
+            if self._fault == "hang" and kind != "hang":
+                self._released.set()
+            if kind == "hang" and self._fault != "hang":
+                self._released = threading.Event()
+            self._fault = kind
+
+    def clear_fault(self) -> None:
+        """Behave again (scripted, then computing); requests left hanging get their computed reply."""
+        with self._lock:
+            self._fault = None
+            self._released.set()
+
+    @property
+    def current_fault(self) -> Fault | None:
+        """The fault in force, if any."""
+        return self._fault
+
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._released.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
@@ -222,14 +315,46 @@ class JevFakeServer:
     def _next(self, record: Recorded) -> Reply:
         with self._lock:
             self.requests.append(record)
-            if self._script:
+            fault = self._fault
+            if fault is None and self._script:
                 return self._script.popleft()
+        if fault is not None:
+            return self._faulty(fault, record)
         if self.profile is None:
             return Reply(500, {"error": "no scripted reply left"})
         try:
             return Reply(200, self._compute(record), delay_s=self.compute_delay_s)
         except _Invalid as exc:
             return Reply(exc.status, _error_body(self.profile_name, exc.status, exc.message, exc.loc))
+
+    def _faulty(self, fault: Fault, record: Recorded) -> Reply:
+        if fault == "http_500":
+            return Reply(500, _error_body(self.profile_name, 500, "internal error"))
+        if fault == "http_529":
+            return Reply(529, {"error": "overloaded"}, headers={"Retry-After": self.fault_retry_after})
+        if fault == "garbage":
+            return Reply(200, '{"answers": {"oops"', headers={"Content-Type": "application/json"})
+        if fault == "http_401":
+            return Reply(401, _error_body(self.profile_name, 401, "Missing or invalid API key."))
+        if fault in ("hang", "close"):
+            return Reply(200, action=fault)
+        computed = self._computed(record)
+        if fault == "slow":
+            return Reply(computed.status, computed.body, delay_s=self.fault_delay_s)
+        return Reply(computed.status, _unasked_options(computed.body) if computed.status == 200 else computed.body)
+
+    def _computed(self, record: Recorded) -> Reply:
+        if self.profile is None:
+            return Reply(500, {"error": "no scripted reply left"})
+        try:
+            return Reply(200, self._compute(record))
+        except _Invalid as exc:
+            return Reply(exc.status, _error_body(self.profile_name, exc.status, exc.message, exc.loc))
+
+    def _hang(self) -> None:
+        released = self._released
+        while not released.wait(0.05) and not self._stop.is_set():
+            pass
 
     def _validate(self, record: Recorded, profile: JevProfile) -> dict[str, Any]:
         paths = {profile.path, "/systemone"} if profile.name == "jev-compatible-server" else {profile.path}
