@@ -6,7 +6,7 @@ STAMP := $(VENV)/.fastslow-installed
 MODULES := $(VENV)/.fastslow-modules
 PACKAGES := router engines policies graphs api
 
-.PHONY: install run test lint bench FORCE
+.PHONY: install langgraph run test lint bench FORCE
 
 # The editable install is strict: it links each package file into build/__editable__.*, which
 # mypy can read as fastslow.*, but a module added (or removed) after the install stays invisible
@@ -28,6 +28,22 @@ $(STAMP): pyproject.toml Makefile $(MODULES)
 
 install: $(STAMP)
 
+# LangGraph's own server (`langgraph dev` with langgraph.json, docs/deploy.md) in a virtualenv of its
+# own: langgraph-api pins jsonschema-rs below what the test extra's schemathesis needs. Its editable
+# install is the default (not strict) one: it imports fastslow from the source tree as it is, so a
+# module added later needs no reinstall, and it leaves .venv's link tree in build/ alone. Order-only
+# after .venv's install, so the two never write fastslow.egg-info at once under `make -j`.
+LANGGRAPH_VENV ?= .venv-langgraph
+LANGGRAPH_STAMP := $(LANGGRAPH_VENV)/.fastslow-installed
+
+$(LANGGRAPH_STAMP): pyproject.toml Makefile | $(STAMP)
+	test -x $(LANGGRAPH_VENV)/bin/python || $(PYTHON) -m venv $(LANGGRAPH_VENV)
+	$(LANGGRAPH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(LANGGRAPH_VENV)/bin/python -m pip install -q -e '.[langgraph-server]'
+	touch $(LANGGRAPH_STAMP)
+
+langgraph: $(LANGGRAPH_STAMP)
+
 # An example graph, then an API key for tenant "demo" (printed once), then the API on
 # http://127.0.0.1:8000 (docs at /docs) with the embedded engine and SQLite; Ctrl-C stops it.
 run: install
@@ -36,7 +52,8 @@ run: install
 	$(BIN)/fastslow serve
 
 # pytest's own script, not `python -m pytest`, which would put the repository root on sys.path.
-test: install
+# tests/test_langgraph_server.py runs `langgraph dev` from .venv-langgraph.
+test: install langgraph
 	$(BIN)/pytest
 
 lint: install

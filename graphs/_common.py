@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeAlias, TypedDict
+from typing import Any, Literal, TypeAlias
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
+from typing_extensions import TypedDict  # see pyproject.toml
 
 from fastslow.router import ChatSource, EngineError
 from fastslow.router.engine_api import ChatResult, ToolSpec

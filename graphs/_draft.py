@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import operator
 from collections.abc import Mapping
-from typing import Annotated, Any, Final, Literal, TypedDict
+from typing import Annotated, Any, Final, Literal
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph import START, StateGraph, add_messages
 from langgraph.runtime import Runtime
 from langgraph.types import Command
+from typing_extensions import TypedDict  # see pyproject.toml
 
 from fastslow.router import Router
 

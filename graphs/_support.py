@@ -12,11 +12,12 @@ Needs the policy task ``support`` (kind ``route``) with routes ``billing``, ``te
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any
 
 from langchain_core.messages import AIMessage, AnyMessage
 from langgraph.graph import END, START, StateGraph, add_messages
 from langgraph.runtime import Runtime
+from typing_extensions import TypedDict  # see pyproject.toml
 
 from fastslow.router import ConfigError, Router, RouteTask, router_node
 

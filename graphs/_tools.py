@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import operator
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal, TypedDict
+from typing import Annotated, Any, Final, Literal
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.tools import BaseTool, tool
@@ -23,6 +23,7 @@ from langgraph.graph import START, StateGraph, add_messages
 from langgraph.prebuilt import ToolNode, ToolRuntime
 from langgraph.runtime import Runtime
 from langgraph.types import Command
+from typing_extensions import TypedDict  # see pyproject.toml
 
 from fastslow.router import Router, policy_gate_node
 from fastslow.router.engine_api import ToolSpec
