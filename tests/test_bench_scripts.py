@@ -101,6 +101,25 @@ def test_the_tuning_quick_mode_tunes_then_judges_on_the_test_split(shared_data: 
 
 @pytest.mark.data
 @pytest.mark.slow
+def test_the_context_quick_mode_compares_what_system_1_reads_of_a_conversation(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    script = str(BENCH / "context.py")
+    command = [sys.executable, script, "--quick", "--data", str(shared_data), "--work", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(results["route"]) == {"alone", "with_earlier"}
+    assert set(results["check"]) == {"alone", "one_read", "two_reads"}
+    route, check = results["route"], results["check"]
+    assert route["alone"]["top_accuracy"]["n"] == route["with_earlier"]["top_accuracy"]["n"] > 0
+    # Two reads keep the more suspicious: never fewer violations caught than the item alone.
+    assert check["two_reads"]["unsafe_caught"]["share"] >= check["alone"]["unsafe_caught"]["share"]
+    assert (tmp_path / "context.md").read_text().startswith("## Conversation context")
+
+
+@pytest.mark.data
+@pytest.mark.slow
 def test_the_learning_simulation_escalates_less_as_system_1_learns(shared_data: Path, tmp_path: Path) -> None:
     command = [
         sys.executable,
