@@ -65,7 +65,12 @@ class PolicyCheckRequest(_Request):
     text: str | None = Field(default=None, max_length=100_000, description="A text to check.")
     tool_call: ToolCallIn | None = Field(default=None, description="A proposed tool call to check.")
     context: list[Message] = Field(
-        default_factory=list, max_length=50, description="Earlier conversation turns the rules may take into account."
+        default_factory=list,
+        max_length=50,
+        description=(
+            "Earlier conversation turns. System 1 judges the item alone (a task with `system1_context` also "
+            "reads it with the last 4 turns and keeps the more suspicious answer); System 2 reads the last 8."
+        ),
     )
 
 
