@@ -689,12 +689,12 @@ def db_prune(
         _fail("--tenant: must not be empty", EXIT_BAD_INPUT)
     settings = _settings(None, None)
     retention = settings.store
-    if before is None and not retention.retention_days and not any(retention.tenant_retention_days.values()):
-        _fail(
-            "--before: give a date, or set a retention (FASTSLOW_STORE__RETENTION_DAYS or "
-            "FASTSLOW_STORE__TENANT_RETENTION_DAYS); none is set, so every decision is kept "
-            "(to delete only expired idempotency keys: --before 1970-01-01)",
-            EXIT_BAD_INPUT,
+    keep_all = before is None and not retention.retention_days and not any(retention.tenant_retention_days.values())
+    if keep_all:
+        # Said first, so nobody takes a run that deleted no decision for one that applied a retention.
+        sys.stderr.write(
+            "no retention is set (FASTSLOW_STORE__RETENTION_DAYS, FASTSLOW_STORE__TENANT_RETENTION_DAYS) "
+            "and no --before given: every decision is kept; only expired idempotency keys go\n"
         )
     cut = _parse_before(before) if before is not None else retention_cutoff(retention, datetime.now(UTC))
     done = PruneCounts()

@@ -20,8 +20,14 @@ JSON (its ``context``, or its ``configurable`` keys). So the served graphs take 
 a ``GraphContext`` whose chat source, draft worker and sandbox come from the process's runtime and
 settings, and whose JSON schema offers only what a caller may choose (the agent and frontier models).
 
-Decisions are not written to fastslow's decision log here (that log belongs to ``fastslow serve``,
-per tenant): each decision stays in the run's state (``decision``, ``gate``), which the server keeps.
+The lifespan also opens fastslow's decision log (``database_url``, SQLite under the data directory
+by default, as ``fastslow serve`` does), and the served graphs record every decision there for the
+tenant ``FASTSLOW_LANGGRAPH_TENANT`` (``langgraph`` unless set; set it empty to record nothing),
+write-behind as in-process graphs do (a System-2 answer is committed before its run goes on), with
+each task's ``store_state`` policy. So ``fastslow calibrate --from-log``, ``report drift`` and
+outcome reports through ``fastslow serve`` (with a key of that tenant) see these runs too. A
+gate's checks run as LangGraph tasks, so a run resumed after a review records nothing twice. A
+graph got before the lifespan ran (a server without ``http.app``) records nothing.
 """
 
 from __future__ import annotations
@@ -33,8 +39,8 @@ import os
 import sys
 import threading
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +49,16 @@ from pydantic.json_schema import SkipJsonSchema
 from starlette.applications import Starlette
 
 from fastslow.graphs import GRAPHS, GraphContext, GraphName
-from fastslow.router import ChatSource, ConfigError, get_settings
+from fastslow.router import ChatSource, ConfigError, Router, get_settings
 
 from ._compose import Runtime, build_runtime
+from .store import DecisionStore, database_url_for
 
 __all__ = [
+    "DEFAULT_TENANT",
     "POLICY_WATCH_INTERVAL_S",
     "SANDBOX_ENV",
+    "TENANT_ENV",
     "ServerContext",
     "app",
     "create_agent_example",
@@ -66,9 +75,14 @@ log = logging.getLogger("fastslow.langgraph")
 SANDBOX_ENV = "FASTSLOW_LANGGRAPH_SANDBOX"
 """The directory the ``guarded-tools`` demo tools work in; without it they refuse to run."""
 
+TENANT_ENV = "FASTSLOW_LANGGRAPH_TENANT"
+"""The decision log's tenant for the served graphs' decisions; set empty, nothing is recorded."""
+
+DEFAULT_TENANT = "langgraph"
+
 POLICY_WATCH_INTERVAL_S = 1.0
 """How often the policy file is polled for changes: ``fastslow serve``'s interval (not imported from
-``fastslow.api.app``, which would load FastAPI and the database layer into LangGraph's server)."""
+``fastslow.api.app``, which would load FastAPI into LangGraph's server)."""
 
 
 class _Process:
@@ -79,6 +93,8 @@ class _Process:
         self.runtime: Runtime | None = None
         self.builds = 0
         self.example: Any = None
+        self.recording: Router | None = None
+        """The runtime's router recording into the decision log, once the lifespan opened it."""
 
     def build(self) -> Runtime:
         # On a worker thread; the lock makes concurrent first calls wait for one build.
@@ -94,6 +110,10 @@ class _Process:
                     runtime.policy_source.describe(),
                 )
             return self.runtime
+
+    def router(self, runtime: Runtime) -> Router:
+        """The router the served graphs decide with: the recording one where the log is open."""
+        return self.recording or runtime.router
 
     def built(self) -> Runtime:
         runtime = self.runtime
@@ -114,15 +134,39 @@ async def server_runtime() -> Runtime:
     return await asyncio.to_thread(_process.build)
 
 
+async def _open_log(runtime: Runtime, stack: AsyncExitStack) -> None:
+    tenant = os.environ.get(TENANT_ENV, DEFAULT_TENANT).strip()
+    if not tenant:
+        log.info("%s is empty: the served graphs' decisions are not recorded", TENANT_ENV)
+        return
+    settings = runtime.settings
+    # database_url_for may create the data directory: blocking work, off the loop.
+    url = await asyncio.to_thread(database_url_for, settings)
+    decisions = await DecisionStore.open(url, queue=settings.store.queue, batch=settings.store.batch)
+    # Closed after the runs it serves: its writer commits what they queued.
+    stack.push_async_callback(decisions.aclose)
+    router = runtime.router
+
+    def keeps_state(task: str) -> bool:
+        found = router.policy.tasks.get(task)
+        return bool(found is not None and found.store_state)
+
+    _process.recording = router.with_sink(decisions.sink(tenant, store_state=keeps_state, write_behind=True))
+    log.info("the served graphs' decisions go to the decision log as tenant %r", tenant)
+
+
 @asynccontextmanager
 async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-    """Build the runtime before the server takes requests, watch its policy file, close it at shutdown."""
+    """Build the runtime and open the decision log before the server takes requests, watch the
+    policy file, and close both at shutdown (the log last, so it commits what the runs queued)."""
     runtime = await server_runtime()
     try:
-        async with runtime.store.watching(interval_s=POLICY_WATCH_INTERVAL_S):
-            yield
+        async with AsyncExitStack() as stack:
+            await _open_log(runtime, stack)
+            async with runtime.store.watching(interval_s=POLICY_WATCH_INTERVAL_S):
+                yield
     finally:
-        _process.runtime = _process.example = None
+        _process.runtime = _process.example = _process.recording = None
         await runtime.aclose()
 
 
@@ -167,7 +211,7 @@ async def graph_for(name: GraphName) -> CompiledStateGraph[Any, Any, Any, Any]:
         found = policy.tasks.get(task)
         if found is None or found.kind != kind:
             raise ConfigError(f"graph {name!r} needs a {kind} task {task!r} in the policy", key=f"tasks.{task}")
-    builder = spec.factory(runtime.router)
+    builder = spec.factory(_process.router(runtime))
     # The server coerces each run's JSON context into the compiled graph's context schema.
     builder.context_schema = ServerContext
     return builder.compile(name=name)
@@ -192,7 +236,7 @@ def _example_agent(runtime: Runtime) -> Any:
             except BaseException:
                 del sys.modules[spec.name]
                 raise
-            _process.example = module.make_agent(runtime)
+            _process.example = module.make_agent(replace(runtime, router=_process.router(runtime)))
         return _process.example
 
 

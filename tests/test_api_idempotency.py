@@ -422,11 +422,13 @@ def test_db_prune_reports_the_expired_keys_it_deleted(database_url: str, monkeyp
     time.sleep(0.05)
     monkeypatch.setenv("FASTSLOW_DATABASE_URL", database_url)
     runner = CliRunner()
-    # No decision is older than the cut: only expired keys go.
-    dry = runner.invoke(cli, ["db", "prune", "--before", "1970-01-01", "--dry-run"])
-    done = runner.invoke(cli, ["db", "prune", "--before", "1970-01-01"])
-    again = runner.invoke(cli, ["db", "prune", "--before", "1970-01-01"])
+    # No retention and no --before: every decision stays, only expired keys go.
+    dry = runner.invoke(cli, ["db", "prune", "--dry-run"])
+    done = runner.invoke(cli, ["db", "prune"])
+    again = runner.invoke(cli, ["db", "prune"])
     assert dry.exit_code == done.exit_code == again.exit_code == 0, dry.output + done.output
+    assert "no retention is set" in done.stderr and "every decision is kept" in done.stderr
+    assert "kept forever" in done.stdout  # the tenant's row of the summary
     assert "would delete 0 decision(s), 0 answer(s), 0 outcome(s), 2 expired idempotency key(s);" in dry.stderr
     assert "deleted 0 decision(s), 0 answer(s), 0 outcome(s), 2 expired idempotency key(s);" in done.stderr
     assert ", 0 expired idempotency key(s);" in again.stderr

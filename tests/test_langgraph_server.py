@@ -8,12 +8,14 @@ through the server's HTTP API, as a LangGraph client's would.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
 import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
@@ -24,6 +26,7 @@ from typing import Any
 import httpx2
 import pytest
 from conftest import REPO_ROOT
+from langchain_core.messages import HumanMessage
 from starlette.applications import Starlette
 
 from fastslow.graphs import GRAPHS
@@ -94,9 +97,30 @@ class Served:
     sandbox: Path
     policy: Path
     model: ScriptedServer
+    database: Path
+    """The decision log the server records into (SQLite under its data directory)."""
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def recorded(self, where: str = "1 = 1", *args: Any) -> list[tuple[Any, ...]]:
+        """``(id, tenant, task, question, outcome, system)`` of the logged decisions matching ``where``."""
+        if not self.database.exists():
+            return []
+        with sqlite3.connect(f"file:{self.database}?mode=ro", uri=True) as db:
+            query = f"SELECT id, tenant, task, question, outcome, system FROM decisions WHERE {where} ORDER BY id"
+            return db.execute(query, args).fetchall()
+
+    def recorded_once_settled(self, where: str, *args: Any, at_least: int = 1) -> list[tuple[Any, ...]]:
+        """The matching decisions once at least ``at_least`` are there (the log is written behind the
+        run) and a moment more has added none: what the run recorded, not what was still queued."""
+        deadline = time.monotonic() + 10.0
+        rows = self.recorded(where, *args)
+        while len(rows) < at_least and time.monotonic() < deadline:
+            time.sleep(0.1)
+            rows = self.recorded(where, *args)
+        time.sleep(0.5)  # several batches of the writer: anything recorded twice would be here by now
+        return self.recorded(where, *args)
 
 
 def _free_port() -> int:
@@ -165,7 +189,14 @@ def served(tmp_path_factory: pytest.TempPathFactory, _embedding_cache: Path) -> 
         try:
             with httpx2.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0) as client:
                 _wait_ready(process, client, log)
-                yield Served(client=client, log=log, sandbox=sandbox, policy=tmp / "policy.yaml", model=model)
+                yield Served(
+                    client=client,
+                    log=log,
+                    sandbox=sandbox,
+                    policy=tmp / "policy.yaml",
+                    model=model,
+                    database=tmp / "data" / "fastslow.sqlite3",
+                )
         finally:
             os.killpg(process.pid, signal.SIGTERM)
             try:
@@ -238,6 +269,9 @@ def test_support_triage_runs_on_a_thread_and_keeps_the_routers_decision(served: 
     # The server's own persistence kept the thread's state.
     kept = _ok(served.client.get(f"/threads/{thread_id}/state"))
     assert kept["values"]["decision"]["id"] == decision["id"] and kept["next"] == []
+    # And fastslow's decision log has it, for the server's tenant, once.
+    logged = served.recorded_once_settled("id = ?", decision["id"])
+    assert logged == [(decision["id"], "langgraph", "support", "support", "billing", 1)]
 
 
 @pytest.mark.slow
@@ -254,6 +288,7 @@ def test_guarded_tools_pauses_for_review_and_a_person_approves(served: Served) -
     target = served.sandbox / "a.txt"
     target.write_text("hello")
     thread_id = _thread(served)
+    before = len(served.recorded("task = 'tool_safety'"))
     paused = _run(served, thread_id, _ask("guarded-tools", "delete a.txt"))
     assert target.exists()  # nothing ran before the review
     kept = _ok(served.client.get(f"/threads/{thread_id}/state"))
@@ -268,6 +303,9 @@ def test_guarded_tools_pauses_for_review_and_a_person_approves(served: Served) -
     assert not target.exists()
     assert done["gate"][-1]["verdict"] == "allow" and done["gate"][-1]["by"] == "a person"
     assert done["outcome"] == "answered" and done["messages"][-1]["content"] == "Deleted a.txt as you asked."
+    # One check, recorded once: the resumed run reused the reviewed verdict instead of asking again.
+    checks = served.recorded_once_settled("task = 'tool_safety'", at_least=before + 1)
+    assert len(checks) == before + 1, checks
 
 
 @pytest.mark.slow
@@ -309,3 +347,32 @@ def test_the_server_puts_a_changed_policy_file_in_force(served: Served) -> None:
     assert seen[-1] == version, seen
     builds = [line for line in served.log_text().splitlines() if BUILT in line]
     assert len(builds) == 1, builds  # a reload swaps the policy, not the runtime
+
+
+@pytest.mark.parametrize(("tenant", "logged"), [(None, "langgraph"), ("acme", "acme"), ("", None)])
+def test_the_lifespan_records_the_served_decisions_for_its_tenant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tenant: str | None, logged: str | None
+) -> None:
+    # In this process, without the server: the lifespan the server runs, then a decision through
+    # the router the served graphs get. Unset, the tenant is `langgraph`; empty, nothing is logged.
+    from fastslow.api import langgraph_server as served
+
+    if tenant is not None:
+        monkeypatch.setenv(served.TENANT_ENV, tenant)
+
+    async def decide() -> str:
+        async with served.lifespan(served.app):
+            runtime = await served.server_runtime()
+            router = served._process.router(runtime)
+            decision = await router.route("support", [HumanMessage("I was charged twice this month")])
+            return decision.id
+        # Closing the lifespan committed what the router queued behind it.
+
+    decision_id = asyncio.run(decide())
+    database = tmp_path / "data" / "fastslow.sqlite3"
+    if logged is None:
+        assert not database.exists()
+        return
+    with sqlite3.connect(database) as db:
+        rows = db.execute("SELECT id, tenant, task FROM decisions").fetchall()
+    assert rows == [(decision_id, logged, "support")]

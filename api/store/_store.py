@@ -83,7 +83,9 @@ class DecisionStore:
         if migrate:
             # Alembic is synchronous; a thread keeps the event loop free while it runs.
             await asyncio.to_thread(upgrade, url)
-        return cls(create_store_engine(url), queue=queue, batch=batch)
+        # Off the loop too: for SQLite it may create the file's directory.
+        engine = await asyncio.to_thread(create_store_engine, url)
+        return cls(engine, queue=queue, batch=batch)
 
     @property
     def engine(self) -> AsyncEngine:
