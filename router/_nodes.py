@@ -14,7 +14,6 @@ node) is still traced.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Generic, TypeAlias, TypeVar
@@ -24,15 +23,12 @@ from langchain_core.runnables import Runnable, RunnableConfig
 
 # The key under which LangGraph hands a running node its task-call hook; only read, to tell a node's
 # run from a bare call of the runnable, where a task cannot be called.
-from langgraph._internal._constants import CONFIG_KEY_CALL
-from langgraph.config import get_config
-from langgraph.func import task as lg_task
 from langgraph.types import Command, Send, interrupt
 
-from ._chat import ToolCall
 from ._decisions import Decision
 from ._errors import ConfigError
-from ._router import CheckResult, Incumbent, Router
+from ._gate_checks import GateChecks, refusal
+from ._router import Incumbent, Router
 
 __all__ = ["classify_node", "decision_record", "policy_gate_node", "route_edge", "router_node"]
 
@@ -206,35 +202,6 @@ def _pending_calls(messages: Sequence[AnyMessage]) -> list[dict[str, Any]]:
     return [dict(call) for call in last.tool_calls]
 
 
-def _refusal(call: Mapping[str, Any], checked: Mapping[str, Any], why: str) -> ToolMessage:
-    content = (
-        f"Refused by policy {checked['task']!r} (rule {checked['rule']!r}, p={checked['confidence']:.2f}, {why}). "
-        "Do not retry this call; explain to the user or choose another action."
-    )
-    return ToolMessage(content=content, tool_call_id=call["id"], name=call["name"], status="error")
-
-
-def _checked(result: CheckResult) -> dict[str, Any]:
-    """What the gate keeps of a check: plain data, since LangGraph checkpoints it (``_in_task``)."""
-    return {
-        "task": result.task,
-        "verdict": result.verdict,
-        "rule": result.rule,
-        "confidence": result.decisions[result.rule].confidence,
-        "system2": result.system2,
-        "policy_version": result.policy_version,
-    }
-
-
-def _in_graph() -> bool:
-    """Whether this runs as a LangGraph node, where ``langgraph.func.task`` calls are checkpointed."""
-    try:
-        configurable = get_config().get("configurable", {})
-    except RuntimeError:  # outside any runnable context
-        return False
-    return CONFIG_KEY_CALL in configurable
-
-
 def policy_gate_node(
     router: Router,
     task: str,
@@ -260,33 +227,16 @@ def policy_gate_node(
         messages: Sequence[AnyMessage] = _get(state, messages_key, [])
         return _pending_calls(messages), [m for m in messages[:-1] if not isinstance(m, ToolMessage)]
 
-    def call(c: dict[str, Any]) -> ToolCall:
-        return ToolCall(id=c["id"] or "", name=c["name"], args=c["args"])
-
-    async def policy_check(c: dict[str, Any], context: list[BaseMessage]) -> dict[str, Any]:
-        return _checked(await router.check(task, call(c), context=context))
-
-    def policy_check_sync(c: dict[str, Any], context: list[BaseMessage]) -> dict[str, Any]:
-        return _checked(router.check_sync(task, call(c), context=context))
-
-    # Named after the functions; a task's checkpoint id also holds its node's, so gates don't mix.
-    checkpointed = lg_task(policy_check)
-    checkpointed_sync = lg_task(policy_check_sync)
+    checks = GateChecks(router, task)
 
     async def evaluate(state: Any) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         calls, context = pending(state)
-        asks: list[Awaitable[dict[str, Any]]] = (
-            [checkpointed(c, context) for c in calls] if _in_graph() else [policy_check(c, context) for c in calls]
-        )
-        results = await asyncio.gather(*asks)
-        return list(zip(calls, results, strict=True))
+        return list(zip(calls, await checks.check_all(calls, context), strict=True))
 
     def evaluate_sync(state: Any) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         # One call after another: a model rarely proposes more than one or two calls at once.
         calls, context = pending(state)
-        if not _in_graph():
-            return [(c, policy_check_sync(c, context)) for c in calls]
-        return [(c, checkpointed_sync(c, context).result()) for c in calls]
+        return [(c, checks.check_sync(c, context)) for c in calls]
 
     def finish(state: Any, checked: list[tuple[dict[str, Any], dict[str, Any]]]) -> Command[Any]:
         refusals: list[ToolMessage] = []
@@ -311,7 +261,7 @@ def policy_gate_node(
             if verdict == "allow":
                 allowed.append(call)
             else:
-                refusals.append(_refusal(call, result, f"decided by {how}"))
+                refusals.append(refusal(call, result, f"decided by {how}"))
         update: dict[str, Any] = {decisions_key: records}
         if refusals:
             update[messages_key] = refusals

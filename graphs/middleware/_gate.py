@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Annotated, Any, NotRequired
@@ -11,15 +10,13 @@ from langchain.agents.middleware import AgentMiddleware, AgentState
 from langchain.agents.middleware.human_in_the_loop import Action, ActionRequest, HITLRequest, ReviewConfig
 from langchain.agents.middleware.types import OmitFromInput, PrivateStateAttr, ToolCallRequest
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, ToolMessage
-from langgraph.func import task as lg_task
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
-from fastslow.router import CheckTask, ConfigError, Router, ToolCall
+from fastslow.router import CheckTask, ConfigError, Router
 
-# The gate node's own helpers: the refusal wording, the checkpointed form of a check, and how a
-# check tells a graph run from a bare call. Private to fastslow.router, shared on purpose.
-from fastslow.router._nodes import _checked, _in_graph, _refusal
+# The gate node's own checks and refusal wording: private to fastslow.router, shared on purpose.
+from fastslow.router._gate_checks import Checked, GateChecks, refusal
 
 __all__ = ["GATE_KEY", "PolicyGateMiddleware", "PolicyGateState"]
 
@@ -29,8 +26,7 @@ GATE_KEY = "fastslow_gate"
 _EDITS_KEY = "fastslow_edited_tool_calls"
 
 _Call = dict[str, Any]
-_Checked = dict[str, Any]
-_Plan = Generator[list[_Call], list[_Checked], dict[str, Any]]
+_Plan = Generator[list[_Call], list[Checked], dict[str, Any]]
 
 
 class PolicyGateState(AgentState[Any]):
@@ -103,17 +99,8 @@ class PolicyGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.allowed_decisions = list(allowed_decisions)
         self.context = context
 
-        async def policy_check(call: _Call, context: list[BaseMessage]) -> _Checked:
-            return _checked(await router.check(task, _tool_call(call), context=context))
-
-        def policy_check_sync(call: _Call, context: list[BaseMessage]) -> _Checked:
-            return _checked(router.check_sync(task, _tool_call(call), context=context))
-
-        self._check = policy_check
-        self._check_sync = policy_check_sync
-        # A task's checkpoint id holds its node's (``PolicyGate[<task>].after_model``), so gates don't mix.
-        self._checkpointed = lg_task(policy_check)
-        self._checkpointed_sync = lg_task(policy_check_sync)
+        # Checkpointed as LangGraph tasks: a hook run again on resume gets back the reviewed verdicts.
+        self._checks = GateChecks(router, task)
 
     @property
     def name(self) -> str:
@@ -126,11 +113,11 @@ class PolicyGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         calls, context = _pending(state["messages"], self.context)
         if not calls:
             return _cleared(state)
-        plan = self._plan(calls, [self._ask_sync(c, context) for c in calls])
+        plan = self._plan(calls, [self._checks.check_sync(c, context) for c in calls])
         try:
             batch = next(plan)
             while True:
-                batch = plan.send([self._ask_sync(c, context) for c in batch])
+                batch = plan.send([self._checks.check_sync(c, context) for c in batch])
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
@@ -139,27 +126,15 @@ class PolicyGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         calls, context = _pending(state["messages"], self.context)
         if not calls:
             return _cleared(state)
-        plan = self._plan(calls, await self._ask_all(calls, context))
+        plan = self._plan(calls, await self._checks.check_all(calls, context))
         try:
             batch = next(plan)
             while True:
-                batch = plan.send(await self._ask_all(batch, context))
+                batch = plan.send(await self._checks.check_all(batch, context))
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    def _ask_sync(self, call: _Call, context: list[BaseMessage]) -> _Checked:
-        if not _in_graph():
-            return self._check_sync(call, context)
-        return self._checkpointed_sync(call, context).result()
-
-    async def _ask_all(self, calls: list[_Call], context: list[BaseMessage]) -> list[_Checked]:
-        # Tasks are made in call order, so a resumed run finds each check under the same id.
-        asks: list[Awaitable[_Checked]] = (
-            [self._checkpointed(c, context) for c in calls] if _in_graph() else [self._check(c, context) for c in calls]
-        )
-        return list(await asyncio.gather(*asks))
-
-    def _plan(self, calls: list[_Call], checked: list[_Checked]) -> _Plan:
+    def _plan(self, calls: list[_Call], checked: list[Checked]) -> _Plan:
         """Settle every call; yields edited calls to be checked, and returns the state update.
 
         One plan for both hooks: the sync hook checks what it yields with ``check_sync``, the async
@@ -170,7 +145,7 @@ class PolicyGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         edits: dict[str, Action] = {}
         todo = list(zip(calls, checked, strict=True))
         while todo:
-            review: list[tuple[_Call, _Checked]] = []
+            review: list[tuple[_Call, Checked]] = []
             for call, result in todo:
                 if result["verdict"] == "review":
                     review.append((call, result))
@@ -178,7 +153,7 @@ class PolicyGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 by = "System 2" if result["system2"] else "System 1"
                 records[call["id"]] = _record(call, result["verdict"], result, by)
                 if result["verdict"] == "deny":
-                    answers[call["id"]] = _refusal(call, result, f"decided by {by}")
+                    answers[call["id"]] = refusal(call, result, f"decided by {by}")
             if not review:
                 break
             decisions = interrupt(self._request(review))["decisions"]
@@ -213,7 +188,7 @@ class PolicyGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             _EDITS_KEY: {i: action for i, action in edits.items() if i not in answers},
         }
 
-    def _request(self, review: list[tuple[_Call, _Checked]]) -> HITLRequest:
+    def _request(self, review: list[tuple[_Call, Checked]]) -> HITLRequest:
         actions: list[ActionRequest] = []
         configs: list[ReviewConfig] = []
         for call, result in review:
@@ -258,10 +233,6 @@ class PolicyGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return _noted(await handler(_apply_edit(request, executed)), executed)
 
 
-def _tool_call(call: Mapping[str, Any]) -> ToolCall:
-    return ToolCall(id=call["id"] or "", name=call["name"], args=call["args"])
-
-
 def _pending(messages: Sequence[AnyMessage], context: bool) -> tuple[list[_Call], list[BaseMessage]]:
     """The latest model turn's tool calls that have no answer yet, and the conversation before it."""
     for index in range(len(messages) - 1, -1, -1):
@@ -278,7 +249,7 @@ def _cleared(state: AgentState[Any]) -> dict[str, Any] | None:
     return {_EDITS_KEY: {}} if state.get(_EDITS_KEY) else None
 
 
-def _record(call: _Call, verdict: str, result: _Checked, by: str) -> dict[str, Any]:
+def _record(call: _Call, verdict: str, result: Checked, by: str) -> dict[str, Any]:
     return {"tool_call_id": call["id"], "name": call["name"], "verdict": verdict, "rule": result["rule"], "by": by}
 
 
