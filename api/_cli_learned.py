@@ -2,39 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from typing import Annotated
 
 import typer
 
-from fastslow.router import Settings
-
-from .store import LearnedExample
+from ._cli_base import EXIT_BAD_INPUT, fail, load_settings, run_store
 
 __all__ = ["learned_app"]
 
 learned_app = typer.Typer(help="Examples tasks learned from escalations and outcomes.", no_args_is_help=True)
-
-
-async def _list(settings: Settings, task: str | None, withdrawn: bool, limit: int) -> list[LearnedExample]:
-    from .store import DecisionStore, database_url_for
-
-    store = await DecisionStore.open(database_url_for(settings))
-    try:
-        return await store.learned.list(None if task is None else [task], withdrawn=withdrawn, limit=limit)
-    finally:
-        await store.aclose()
-
-
-async def _withdraw(settings: Settings, example_id: str, why: str) -> bool:
-    from .store import DecisionStore, database_url_for
-
-    store = await DecisionStore.open(database_url_for(settings))
-    try:
-        return await store.learned.withdraw(example_id, why=why)
-    finally:
-        await store.aclose()
 
 
 @learned_app.command("list")
@@ -44,14 +21,8 @@ def learned_list(
     limit: Annotated[int, typer.Option(min=1, help="At most this many, oldest first.")] = 1000,
 ) -> None:
     """The learned examples in force (one line each: id, task, question, option, source, text)."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from .cli import EXIT_STORE, _fail, _settings
-
-    try:
-        examples = asyncio.run(_list(_settings(None, None), task, withdrawn, limit))
-    except (SQLAlchemyError, OSError) as exc:
-        _fail(f"decision log: {type(exc).__name__}: {exc}", EXIT_STORE)
+    wanted = None if task is None else [task]
+    examples = run_store(load_settings(), lambda store: store.learned.list(wanted, withdrawn=withdrawn, limit=limit))
     for e in examples:
         state = "" if e.retracted_at is None else f"\twithdrawn: {e.retracted_why}"
         sys.stdout.write(f"{e.id}\t{e.task}\t{e.question}\t{e.option}\t{e.source}\t{e.text!r}{state}\n")
@@ -64,14 +35,7 @@ def learned_withdraw(
     why: Annotated[str, typer.Option(help="Why, for the record.")] = "withdrawn by an operator",
 ) -> None:
     """Withdraw one learned example; every replica retrains without it at its next poll."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from .cli import EXIT_BAD_INPUT, EXIT_STORE, _fail, _settings
-
-    try:
-        found = asyncio.run(_withdraw(_settings(None, None), example_id, why))
-    except (SQLAlchemyError, OSError) as exc:
-        _fail(f"decision log: {type(exc).__name__}: {exc}", EXIT_STORE)
+    found = run_store(load_settings(), lambda store: store.learned.withdraw(example_id, why=why))
     if not found:
-        _fail(f"no learned example {example_id!r} in force", EXIT_BAD_INPUT)
+        fail(f"no learned example {example_id!r} in force", EXIT_BAD_INPUT)
     sys.stderr.write(f"withdrew {example_id}\n")

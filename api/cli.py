@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, NoReturn, TypeVar, cast, get_args
+from typing import Annotated, Any, BinaryIO, cast, get_args
 
 import typer
 
@@ -28,14 +28,12 @@ from fastslow.policies import (
     locate_policy,
     parse_policy,
 )
-from fastslow.router import ConfigError, EngineError, EngineName, InvalidRequest, Settings, get_settings
+from fastslow.router import ConfigError, EngineError, EngineName, InvalidRequest, Settings
 from fastslow.router.engine_api import SystemOneRequest, parse_systemone_request, render_systemone_reply
 
-if TYPE_CHECKING:
-    from collections.abc import Awaitable
-    from datetime import datetime
-
-    from .store import ApiKey, DecisionStore, PruneReport
+from ._cli_base import EXIT_BAD_INPUT, EXIT_ENGINE, fail, load_settings, write_line
+from ._cli_learned import learned_app
+from ._cli_store import db_app, keys_app, migrate
 
 __all__ = ["app"]
 
@@ -53,16 +51,6 @@ def _root() -> None:
     """System-1 / System-2 router for agent graphs."""
 
 
-EXIT_BAD_INPUT = 2
-EXIT_ENGINE = 3
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    # One line, no traceback: a person (or a script) reads it.
-    sys.stderr.write(f"error: {' '.join(message.split())}\n")
-    raise typer.Exit(code)
-
-
 def _read_body(source: str) -> str:
     if source == "-":
         return sys.stdin.read()
@@ -70,22 +58,7 @@ def _read_body(source: str) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
-        _fail(f"cannot read {source}: {exc.strerror}", EXIT_BAD_INPUT)
-
-
-def _settings(engine: EngineName | None, examples: Path | None) -> Settings:
-    try:
-        settings = get_settings()
-    except Exception as exc:  # pydantic's ValidationError: a bad FASTSLOW_* variable or file
-        _fail(f"settings: {exc}", EXIT_BAD_INPUT)
-    updates: dict[str, Any] = {}
-    if engine is not None:
-        updates["engine"] = engine
-    if examples is not None:
-        if not examples.is_file():
-            _fail(f"--examples: no such file {examples}", EXIT_BAD_INPUT)
-        updates["embedded"] = settings.embedded.model_copy(update={"examples": examples})
-    return settings.model_copy(update=updates)
+        fail(f"cannot read {source}: {exc.strerror}", EXIT_BAD_INPUT)
 
 
 async def _decide(settings: Settings, body: str) -> dict[str, Any]:
@@ -246,11 +219,6 @@ async def _decide_lines(
         await engine.aclose()
 
 
-def _write_line(result: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
-    sys.stdout.flush()  # whoever reads the stream sees each response as soon as it is ready
-
-
 def _silence_stdout() -> None:
     # After a broken pipe, Python's last flush of stdout would fail again, with a message.
     try:
@@ -268,21 +236,21 @@ def _decide_jsonl(settings: Settings, source: str, concurrency: int) -> None:
         try:
             stream = Path(source).open("rb")  # closed below, after the last line
         except OSError as exc:
-            _fail(f"cannot read {source}: {exc.strerror}", EXIT_BAD_INPUT)
+            fail(f"cannot read {source}: {exc.strerror}", EXIT_BAD_INPUT)
     name = "stdin" if source == "-" else source
     try:
-        tally = asyncio.run(_decide_lines(settings, stream, name, concurrency, _write_line))
+        tally = asyncio.run(_decide_lines(settings, stream, name, concurrency, write_line))
     except BrokenPipeError:
         # Whoever read the output stopped (`| head`): stop too, quietly, as other tools do.
         _silence_stdout()
         raise typer.Exit(EXIT_LINES) from None
     except ConfigError as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
+        fail(str(exc), EXIT_BAD_INPUT)
     finally:
         if source != "-":
             stream.close()
     if tally.errors:
-        _fail(
+        fail(
             f"{tally.errors} of {tally.requests} request line(s) got an error line (the first: line "
             f"{tally.first_error})",
             EXIT_LINES,
@@ -327,13 +295,13 @@ def decide(
     when the engine could not answer a single request.
     """
     if engine is not None and engine not in ENGINE_NAMES:
-        _fail(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINE_NAMES)}", EXIT_BAD_INPUT)
+        fail(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINE_NAMES)}", EXIT_BAD_INPUT)
     lines = jsonl if jsonl is not None else source.lower().endswith(".jsonl")
     if lines and pretty:
-        _fail("--pretty: JSON Lines are one response per line; drop --pretty", EXIT_BAD_INPUT)
+        fail("--pretty: JSON Lines are one response per line; drop --pretty", EXIT_BAD_INPUT)
     if concurrency < 1:
-        _fail(f"--concurrency: must be at least 1, not {concurrency}", EXIT_BAD_INPUT)
-    settings = _settings(cast(EngineName | None, engine), examples)
+        fail(f"--concurrency: must be at least 1, not {concurrency}", EXIT_BAD_INPUT)
+    settings = load_settings(cast(EngineName | None, engine), examples)
     if lines:
         _decide_jsonl(settings, source, concurrency)
         return
@@ -341,11 +309,11 @@ def decide(
     try:
         result = asyncio.run(_decide(settings, body))
     except InvalidRequest as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
+        fail(str(exc), EXIT_BAD_INPUT)
     except ConfigError as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
+        fail(str(exc), EXIT_BAD_INPUT)
     except EngineError as exc:
-        _fail(str(exc), EXIT_ENGINE)
+        fail(str(exc), EXIT_ENGINE)
     sys.stdout.write(json.dumps(result, indent=2 if pretty else None, ensure_ascii=False) + "\n")
 
 
@@ -382,20 +350,20 @@ def data_convert(
     from fastslow.policies.evaluation import CONVERTERS, convert
 
     if name not in CONVERTERS:
-        _fail(
+        fail(
             f"unknown data set {name!r}; expected one of {', '.join(CONVERTERS)}{suggest(name, CONVERTERS)}",
             EXIT_BAD_INPUT,
         )
     if not source.is_dir():
-        _fail(f"--source: no such folder {source}", EXIT_BAD_INPUT)
+        fail(f"--source: no such folder {source}", EXIT_BAD_INPUT)
     try:
         # On stderr, and drawn only on a terminal: stdout stays the result, for scripts.
         with Console(stderr=True).status(f"converting {name} from {source} ..."):
             result = convert(name, source, out, seed=seed, examples_per_label=examples, limit=limit)
     except ConfigError as exc:  # a bad --examples or --limit, a folder without the data set
-        _fail(str(exc), EXIT_BAD_INPUT)
+        fail(str(exc), EXIT_BAD_INPUT)
     except OSError as exc:
-        _fail(f"{exc.filename or out}: {exc.strerror or exc}", EXIT_BAD_INPUT)
+        fail(f"{exc.filename or out}: {exc.strerror or exc}", EXIT_BAD_INPUT)
     counts = ", ".join(f"{split} {rows}" for split, rows in result.counts.items())
     report = [f"rows: {result.out_path}", f"meta: {result.meta_path}"]
     if result.examples_path is not None:
@@ -415,7 +383,7 @@ def _policy_source(settings: Settings) -> PolicySource:
     try:
         return locate_policy(settings)
     except ConfigError as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
+        fail(str(exc), EXIT_BAD_INPUT)
 
 
 def _say_policy(source: PolicySource) -> None:
@@ -429,7 +397,7 @@ def graph_list() -> None:
     from fastslow.graphs import GRAPHS
 
     sys.stdout.write("".join(f"{name}\n" for name in GRAPHS))
-    _say_policy(_policy_source(_settings(None, None)))
+    _say_policy(_policy_source(load_settings(None, None)))
 
 
 async def _run_graph(settings: Settings, name: str, text: str) -> dict[str, Any]:
@@ -461,41 +429,15 @@ def graph_run(
     from fastslow.graphs import GRAPHS
 
     if name not in GRAPHS:
-        _fail(f"unknown graph {name!r}; expected one of {', '.join(GRAPHS)}", EXIT_BAD_INPUT)
-    settings = _settings(None, None)
+        fail(f"unknown graph {name!r}; expected one of {', '.join(GRAPHS)}", EXIT_BAD_INPUT)
+    settings = load_settings(None, None)
     try:
         result = asyncio.run(_run_graph(settings, name, input))
     except ConfigError as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
+        fail(str(exc), EXIT_BAD_INPUT)
     except EngineError as exc:
-        _fail(str(exc), EXIT_ENGINE)
+        fail(str(exc), EXIT_ENGINE)
     sys.stdout.write(json.dumps(result, indent=2 if pretty else None, ensure_ascii=False, default=str) + "\n")
-
-
-EXIT_STORE = 4
-"""The decision log's database could not be reached or migrated."""
-
-
-def _safe_url(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
-
-
-def _migrate(settings: Settings) -> str:
-    """Run the decision log's migrations; the URL (password hidden) on success, one line on failure."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from .store import database_url_for, upgrade
-
-    try:
-        url = database_url_for(settings)
-        upgrade(url)
-    except ConfigError as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
-    except (SQLAlchemyError, OSError) as exc:
-        _fail(f"decision log: cannot migrate the database: {type(exc).__name__}: {exc}", EXIT_STORE)
-    return _safe_url(url)
 
 
 @app.command()
@@ -508,225 +450,25 @@ def serve(
     from ._server import Server, server_config
     from .app import create_app
 
-    settings = _settings(None, None)
+    settings = load_settings(None, None)
     # Check what a person can get wrong before the server starts, so a mistake is one line, not
     # a lifespan traceback: the policy file, and the database (which also migrates it).
     source = _policy_source(settings)
     try:
         load_policy(source.path)
     except ConfigError as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
+        fail(str(exc), EXIT_BAD_INPUT)
     _say_policy(source)
-    _migrate(settings)
+    migrate(settings)
     # The connection limits of settings.server (timeouts, header size, framing) come with the config.
     server = Server(server_config(create_app(settings), settings, host=host, port=port, log_level=log_level))
     server.run()
     if not server.started:
-        _fail("the API did not start; see the log above", EXIT_BAD_INPUT)
+        fail("the API did not start; see the log above", EXIT_BAD_INPUT)
 
 
-keys_app = typer.Typer(help="API keys for the HTTP API.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
-
-
-async def _create_key(settings: Settings, tenant: str, name: str | None) -> tuple[str, Any]:
-    from .store import DecisionStore, database_url_for
-
-    store = await DecisionStore.open(database_url_for(settings))
-    try:
-        return await store.create_key(tenant, name=name)
-    finally:
-        await store.aclose()
-
-
-@keys_app.command("create")
-def keys_create(
-    tenant: Annotated[str, typer.Option("--tenant", help="The tenant whose decisions the key may see.")],
-    name: Annotated[str | None, typer.Option(help="A label for people, such as the service using it.")] = None,
-) -> None:
-    """Create an API key and print it once: it is not kept and cannot be shown again."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    if not tenant.strip():
-        _fail("--tenant: must not be empty", EXIT_BAD_INPUT)
-    settings = _settings(None, None)
-    try:
-        key, record = asyncio.run(_create_key(settings, tenant, name))
-    except ConfigError as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
-    except (SQLAlchemyError, OSError) as exc:
-        _fail(f"decision log: {type(exc).__name__}: {exc}", EXIT_STORE)
-    sys.stdout.write(f"{key}\n")
-    sys.stderr.write(
-        f"created key {record.prefix}... (id {record.id}) for tenant {record.tenant!r}; "
-        "store it now, it is shown only once\n"
-    )
-
-
-_T = TypeVar("_T")
-
-
-async def _with_store(settings: Settings, work: Callable[[DecisionStore], Awaitable[_T]]) -> _T:
-    """Open the decision log (migrating it first, as `keys create` does), run ``work`` on it, close it."""
-    from .store import DecisionStore, database_url_for
-
-    store = await DecisionStore.open(database_url_for(settings))
-    try:
-        return await work(store)
-    finally:
-        await store.aclose()
-
-
-def _run_store(settings: Settings, work: Callable[[DecisionStore], Awaitable[_T]]) -> _T:
-    from sqlalchemy.exc import SQLAlchemyError
-
-    try:
-        return asyncio.run(_with_store(settings, work))
-    except ConfigError as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
-    except (SQLAlchemyError, OSError) as exc:
-        _fail(f"decision log: {type(exc).__name__}: {exc}", EXIT_STORE)
-
-
-def _when(moment: datetime | None) -> str:
-    return "" if moment is None else moment.isoformat(timespec="seconds")
-
-
-@keys_app.command("list")
-def keys_list(
-    tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's keys.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line instead of a table.")] = False,
-) -> None:
-    """List the API keys, oldest first: id, tenant, name, prefix, created, revoked (never the key)."""
-    from rich.console import Console
-    from rich.table import Table
-
-    records = _run_store(_settings(None, None), lambda store: store.list_keys(tenant))
-    if as_json:
-        for r in records:
-            row = {"id": r.id, "tenant": r.tenant, "name": r.name, "prefix": r.prefix}
-            _write_line(row | {"created_at": _when(r.created_at), "revoked_at": _when(r.revoked_at) or None})
-        return
-    table = Table("id", "tenant", "name", "prefix", "created", "revoked", box=None)
-    for r in records:
-        table.add_row(r.id, r.tenant, r.name or "", f"{r.prefix}...", _when(r.created_at), _when(r.revoked_at))
-    # Wide enough for a whole id: a person copies it into `keys revoke`.
-    Console(width=max(160, Console().width), soft_wrap=True).print(table)
-    sys.stderr.write(f"{len(records)} key(s){'' if tenant is None else f' for tenant {tenant!r}'}\n")
-
-
-@keys_app.command("revoke")
-def keys_revoke(
-    key_id: Annotated[str, typer.Argument(help="The key's id, from `fastslow keys list`.")],
-) -> None:
-    """Revoke an API key: every replica refuses it within FASTSLOW_AUTH_CACHE_S (5 s; 0: at once)."""
-    settings = _settings(None, None)
-
-    async def revoke(store: DecisionStore) -> tuple[ApiKey | None, bool]:
-        record = await store.get_key(key_id)
-        if record is None or record.revoked_at is not None:
-            return record, False
-        return record, await store.revoke_key(key_id)
-
-    record, revoked = _run_store(settings, revoke)
-    if record is None:
-        _fail(f"no API key with id {key_id!r}; `fastslow keys list` shows the ids", EXIT_BAD_INPUT)
-    if not revoked:
-        sys.stderr.write(f"key {record.prefix}... (id {key_id}) was already revoked at {_when(record.revoked_at)}\n")
-        return
-    sys.stderr.write(
-        f"revoked key {record.prefix}... (id {key_id}) of tenant {record.tenant!r}; every replica refuses it at once\n"
-    )
-
-
-db_app = typer.Typer(help="The decision log's database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-
-
-@db_app.command("upgrade")
-def db_upgrade() -> None:
-    """Migrate the decision log to the newest schema (`fastslow serve` also does this on start)."""
-    url = _migrate(_settings(None, None))
-    sys.stderr.write(f"decision log at {url} is up to date\n")
-
-
-def _parse_before(text: str) -> datetime:
-    from datetime import UTC, datetime
-
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        _fail(f"--before: not a date or an ISO 8601 time: {text!r} (for example 2026-01-31)", EXIT_BAD_INPUT)
-    # A date, or a time without an offset, is UTC: the log keeps every time in UTC.
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-@db_app.command("prune")
-def db_prune(
-    tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's decisions.")] = None,
-    before: Annotated[
-        str | None,
-        typer.Option(
-            "--before",
-            help="Delete decisions made before this date or time (ISO 8601, UTC unless it says otherwise); "
-            "default: each tenant's retention (FASTSLOW_STORE__RETENTION_DAYS, ...TENANT_RETENTION_DAYS).",
-        ),
-    ] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be deleted; delete nothing.")] = False,
-) -> None:
-    """Delete old decisions with their answers and outcomes, and expired idempotency keys, in short batches.
-
-    Learned examples and API keys stay.
-    """
-    from datetime import UTC, datetime
-
-    from rich.console import Console
-    from rich.table import Table
-
-    from .store import PruneCounts, retention_cutoff
-
-    if tenant is not None and not tenant.strip():
-        _fail("--tenant: must not be empty", EXIT_BAD_INPUT)
-    settings = _settings(None, None)
-    retention = settings.store
-    keep_all = before is None and not retention.retention_days and not any(retention.tenant_retention_days.values())
-    if keep_all:
-        # Said first, so nobody takes a run that deleted no decision for one that applied a retention.
-        sys.stderr.write(
-            "no retention is set (FASTSLOW_STORE__RETENTION_DAYS, FASTSLOW_STORE__TENANT_RETENTION_DAYS) "
-            "and no --before given: every decision is kept; only expired idempotency keys go\n"
-        )
-    cut = _parse_before(before) if before is not None else retention_cutoff(retention, datetime.now(UTC))
-    done = PruneCounts()
-
-    # A status line on stderr, drawn only on a terminal: stdout stays the summary, for scripts.
-    status = Console(stderr=True).status("pruning the decision log ...")
-
-    def on_batch(name: str, counts: PruneCounts) -> None:
-        done.add(counts)
-        status.update(f"pruning the decision log: {done.decisions} decision(s) deleted (now: {name}) ...")
-
-    async def work(store: DecisionStore) -> PruneReport:
-        with status:
-            return await store.prune(cut, tenant=tenant, dry_run=dry_run, on_batch=on_batch)
-
-    report = _run_store(settings, work)
-    verb = "would delete" if dry_run else "deleted"
-    table = Table("tenant", "before", "decisions", "answers", "outcomes", "learned unlinked", box=None)
-    for name, counts in report.tenants.items():
-        moment = report.cutoffs[name]
-        table.add_row(
-            name,
-            "kept forever" if moment is None else _when(moment),
-            *(str(n) for n in (counts.decisions, counts.answers, counts.outcomes, counts.learned_unlinked)),
-        )
-    Console(width=max(120, Console().width), soft_wrap=True).print(table)
-    total = report.total
-    sys.stderr.write(
-        f"{verb} {total.decisions} decision(s), {total.answers} answer(s), {total.outcomes} outcome(s), "
-        f"{report.expired_keys} expired idempotency key(s); "
-        f"{total.learned_unlinked} learned example(s) kept, unlinked from their decision\n"
-    )
 
 
 @app.command()
@@ -736,11 +478,11 @@ def init(
 ) -> None:
     """Write a commented starter policy (the built-in example) for you to edit."""
     if path.exists() and not force:
-        _fail(f"{path} exists; pass --force to overwrite it", EXIT_BAD_INPUT)
+        fail(f"{path} exists; pass --force to overwrite it", EXIT_BAD_INPUT)
     try:
         path.write_bytes(BUILTIN_POLICY.read_bytes())
     except OSError as exc:
-        _fail(f"cannot write {path}: {exc.strerror}", EXIT_BAD_INPUT)
+        fail(f"cannot write {path}: {exc.strerror}", EXIT_BAD_INPUT)
     tasks = ", ".join(load_policy(path).tasks)
     found = path.resolve() == (Path.cwd() / POLICY_FILE_NAME).resolve()
     hint = (
@@ -774,16 +516,16 @@ def _compare_reports(a: Path, b: Path, out: Path | None) -> None:
 
     for path in (a, b):
         if not path.is_dir():
-            _fail(f"--compare: no such report directory {path}", EXIT_BAD_INPUT)
+            fail(f"--compare: no such report directory {path}", EXIT_BAD_INPUT)
     try:
         comparison = compare_reports(a, b)
     except ConfigError as exc:  # the two runs are not over the same rows, or a report is unreadable
-        _fail(str(exc), EXIT_BAD_INPUT)
+        fail(str(exc), EXIT_BAD_INPUT)
     if out is not None:
         try:
             written = comparison.write(out)
         except OSError as exc:
-            _fail(f"--out: cannot write the comparison to {out}: {exc.strerror or exc}", EXIT_BAD_INPUT)
+            fail(f"--out: cannot write the comparison to {out}: {exc.strerror or exc}", EXIT_BAD_INPUT)
         sys.stderr.write(f"wrote {', '.join(str(path) for path in written)}\n")
     sys.stdout.write(comparison.markdown())
 
@@ -818,26 +560,26 @@ def eval_command(
 
     if compare is not None:
         if data is not None:
-            _fail("--compare: compares two report directories; it takes no --data", EXIT_BAD_INPUT)
+            fail("--compare: compares two report directories; it takes no --data", EXIT_BAD_INPUT)
         _compare_reports(compare[0], compare[1], out)
         return
     if data is None:
-        _fail("--data: the evaluation file is required (or --compare REPORT_A REPORT_B)", EXIT_BAD_INPUT)
+        fail("--data: the evaluation file is required (or --compare REPORT_A REPORT_B)", EXIT_BAD_INPUT)
     if out is None:
-        _fail("--out: the report directory is required", EXIT_BAD_INPUT)
+        fail("--out: the report directory is required", EXIT_BAD_INPUT)
     if not data.is_file():
-        _fail(f"--data: no such file {data}", EXIT_BAD_INPUT)
+        fail(f"--data: no such file {data}", EXIT_BAD_INPUT)
     if policy is not None and not policy.is_file():
-        _fail(f"--policy: no such file {policy}", EXIT_BAD_INPUT)
+        fail(f"--policy: no such file {policy}", EXIT_BAD_INPUT)
     if engine is not None and engine not in ENGINE_NAMES:
-        _fail(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINE_NAMES)}", EXIT_BAD_INPUT)
+        fail(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINE_NAMES)}", EXIT_BAD_INPUT)
     if split is not None and split not in SPLITS:
-        _fail(f"--split: must be one of {', '.join(SPLITS)}, not {split!r}", EXIT_BAD_INPUT)
+        fail(f"--split: must be one of {', '.join(SPLITS)}, not {split!r}", EXIT_BAD_INPUT)
     if concurrency < 1:
-        _fail(f"--concurrency: must be at least 1, not {concurrency}", EXIT_BAD_INPUT)
+        fail(f"--concurrency: must be at least 1, not {concurrency}", EXIT_BAD_INPUT)
     if limit is not None and limit < 1:
-        _fail(f"--limit: must be at least 1, not {limit}", EXIT_BAD_INPUT)
-    settings = _settings(cast(EngineName | None, engine), examples)
+        fail(f"--limit: must be at least 1, not {limit}", EXIT_BAD_INPUT)
+    settings = load_settings(cast(EngineName | None, engine), examples)
     from ._evaluate import evaluate, headline
 
     try:
@@ -857,14 +599,14 @@ def eval_command(
             )
         )
     except ConfigError as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
+        fail(str(exc), EXIT_BAD_INPUT)
     except KeyboardInterrupt:
-        _fail(f"interrupted; run the same command again to resume the run in {out}", EXIT_INTERRUPTED)
+        fail(f"interrupted; run the same command again to resume the run in {out}", EXIT_INTERRUPTED)
     _say_run_problems(info.problems, len(info.dropped_training_rows))
     summary = headline(out)
     sys.stdout.write(f"report: {out}\n{summary}\n")
     if summary.predictions and summary.errors == summary.predictions:
-        _fail(f"System 1 answered no row: {summary.first_error}", EXIT_ENGINE)
+        fail(f"System 1 answered no row: {summary.first_error}", EXIT_ENGINE)
 
 
 def _fit(
@@ -894,26 +636,26 @@ def _fit(
     SAMPLES = tuple(SAMPLE_WORDS)
 
     if not policy.is_file():
-        _fail(f"--policy: no such file {policy}", EXIT_BAD_INPUT)
+        fail(f"--policy: no such file {policy}", EXIT_BAD_INPUT)
     if (data is None) == (not from_log):
-        _fail(
+        fail(
             "--data: give an evaluation file, or --from-log for the decision log's outcomes (not both)", EXIT_BAD_INPUT
         )
     if data is not None and not data.is_file():
-        _fail(f"--data: no such file {data}", EXIT_BAD_INPUT)
+        fail(f"--data: no such file {data}", EXIT_BAD_INPUT)
     if tenant is not None and not from_log:
-        _fail("--tenant: filters the decision log; it needs --from-log", EXIT_BAD_INPUT)
+        fail("--tenant: filters the decision log; it needs --from-log", EXIT_BAD_INPUT)
     if sample is not None and (not from_log or sample not in SAMPLES):
-        _fail(f"--sample: with --from-log, one of {', '.join(SAMPLES)}, not {sample!r}", EXIT_BAD_INPUT)
+        fail(f"--sample: with --from-log, one of {', '.join(SAMPLES)}, not {sample!r}", EXIT_BAD_INPUT)
     if from_log and split is not None:
-        _fail("--split: the decision log has no splits; drop --split with --from-log", EXIT_BAD_INPUT)
+        fail("--split: the decision log has no splits; drop --split with --from-log", EXIT_BAD_INPUT)
     if engine is not None and engine not in ENGINE_NAMES:
-        _fail(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINE_NAMES)}", EXIT_BAD_INPUT)
+        fail(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINE_NAMES)}", EXIT_BAD_INPUT)
     if not 0.0 < held_out < 1.0:
-        _fail(f"--held-out: must lie strictly between 0 and 1, not {held_out}", EXIT_BAD_INPUT)
+        fail(f"--held-out: must lie strictly between 0 and 1, not {held_out}", EXIT_BAD_INPUT)
     if split is not None and split not in ("train", "validation"):
-        _fail(f"--split: fit on train or validation rows, not {split!r} (the test split judges a fit)", EXIT_BAD_INPUT)
-    settings = _settings(cast(EngineName | None, engine), examples)
+        fail(f"--split: fit on train or validation rows, not {split!r} (the test split judges a fit)", EXIT_BAD_INPUT)
+    settings = load_settings(cast(EngineName | None, engine), examples)
     out_dir = out if out is not None else settings.resolved_data_dir() / "fits" / f"{command}-{task}"
     try:
         # Read (and check) the file first: a file that cannot be rewritten faithfully fails before the run.
@@ -948,11 +690,11 @@ def _fit(
         # The edited file must load as a policy before anything is shown as its new form.
         parse_policy(editor.text(), source=str(policy), default_engine=settings.engine)
     except TooFewLabels as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
+        fail(str(exc), EXIT_BAD_INPUT)
     except ConfigError as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
+        fail(str(exc), EXIT_BAD_INPUT)
     except KeyboardInterrupt:
-        _fail(f"interrupted; run the same command again to resume the run in {out_dir}", EXIT_INTERRUPTED)
+        fail(f"interrupted; run the same command again to resume the run in {out_dir}", EXIT_INTERRUPTED)
     left = collected.test_rows_left_out
     sys.stdout.write(
         f"{len({p.row for p in collected.fit})} fit rows, {len({p.row for p in collected.held_out})} held-out rows"
@@ -978,7 +720,7 @@ def _fit(
     try:
         editor.write()
     except ConfigError as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
+        fail(str(exc), EXIT_BAD_INPUT)
     sys.stdout.write(f"wrote {policy}; a running service reloads it\n")
 
 
@@ -1031,7 +773,7 @@ def calibrate_command(
     from ._tune import calibrate_task
 
     if method != "auto" and method not in METHODS:
-        _fail(f"--method: one of auto, {', '.join(METHODS)}, not {method!r}", EXIT_BAD_INPUT)
+        fail(f"--method: one of auto, {', '.join(METHODS)}, not {method!r}", EXIT_BAD_INPUT)
     _fit(
         "calibrate",
         policy=policy,
@@ -1089,9 +831,9 @@ def tune_command(
         ("--max-miss", max_miss),
     ):
         if not 0.0 < value < 1.0:
-            _fail(f"{name}: must lie strictly between 0 and 1, not {value}", EXIT_BAD_INPUT)
+            fail(f"{name}: must lie strictly between 0 and 1, not {value}", EXIT_BAD_INPUT)
     if not 0.5 <= level < 1.0:
-        _fail(f"--level: must be at least 0.5 and below 1, not {level}", EXIT_BAD_INPUT)
+        fail(f"--level: must be at least 0.5 and below 1, not {level}", EXIT_BAD_INPUT)
     _fit(
         "tune",
         policy=policy,
@@ -1139,19 +881,19 @@ def report_drift(
     from ._drift import drift
 
     if not policy.is_file():
-        _fail(f"--policy: no such file {policy}", EXIT_BAD_INPUT)
+        fail(f"--policy: no such file {policy}", EXIT_BAD_INPUT)
     if not since_days > 0:
-        _fail(f"--since-days: must be positive, not {since_days}", EXIT_BAD_INPUT)
+        fail(f"--since-days: must be positive, not {since_days}", EXIT_BAD_INPUT)
     if not 0.5 <= level < 1.0:
-        _fail(f"--level: must be at least 0.5 and below 1, not {level}", EXIT_BAD_INPUT)
-    settings = _settings(None, None)
+        fail(f"--level: must be at least 0.5 and below 1, not {level}", EXIT_BAD_INPUT)
+    settings = load_settings(None, None)
     since = datetime.now(UTC) - timedelta(days=since_days)
     try:
         result = asyncio.run(
             drift(settings=settings, policy=policy, task=task, tenant=tenant, since=since, level=level)
         )
     except ConfigError as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
+        fail(str(exc), EXIT_BAD_INPUT)
     sys.stdout.write("".join(f"{line}\n" for line in result.lines))
     if result.refit:
         raise typer.Exit(EXIT_DRIFT)
@@ -1173,20 +915,23 @@ def report_shadow(
     from ._shadow import shadow_report
 
     if not policy.is_file():
-        _fail(f"--policy: no such file {policy}", EXIT_BAD_INPUT)
+        fail(f"--policy: no such file {policy}", EXIT_BAD_INPUT)
     if not since_days > 0:
-        _fail(f"--since-days: must be positive, not {since_days}", EXIT_BAD_INPUT)
+        fail(f"--since-days: must be positive, not {since_days}", EXIT_BAD_INPUT)
     since = datetime.now(UTC) - timedelta(days=since_days)
     try:
         result = asyncio.run(
-            shadow_report(settings=_settings(None, None), policy=policy, task=task, tenant=tenant, since=since)
+            shadow_report(settings=load_settings(None, None), policy=policy, task=task, tenant=tenant, since=since)
         )
     except ConfigError as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
+        fail(str(exc), EXIT_BAD_INPUT)
     sys.stdout.write("".join(f"{line}\n" for line in result.lines))
 
 
 ENGINE_NAMES: tuple[str, ...] = get_args(EngineName)
+
+
+app.add_typer(learned_app, name="learned")
 
 
 def main() -> None:
@@ -1196,9 +941,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-
-
-# Registered last: its commands use this module's helpers, imported when they run.
-from ._cli_learned import learned_app  # noqa: E402
-
-app.add_typer(learned_app, name="learned")

@@ -1,0 +1,96 @@
+"""What every ``fastslow`` command shares: exit codes, the one-line failure, settings, the decision log.
+
+Bad input ends with one line on stderr naming the field, and a non-zero exit: 2 for a bad request
+or configuration, 3 when the engine could not answer, 4 when the decision log's database could not
+be reached or migrated. Never a traceback for a user mistake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import typer
+
+from fastslow.router import ConfigError, EngineName, Settings, get_settings
+
+if TYPE_CHECKING:
+    from .store import DecisionStore
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_ENGINE",
+    "EXIT_STORE",
+    "fail",
+    "load_settings",
+    "run_store",
+    "when",
+    "write_line",
+]
+
+EXIT_BAD_INPUT = 2
+EXIT_ENGINE = 3
+EXIT_STORE = 4
+"""The decision log's database could not be reached or migrated."""
+
+_T = TypeVar("_T")
+
+
+def fail(message: str, code: int) -> NoReturn:
+    # One line, no traceback: a person (or a script) reads it.
+    sys.stderr.write(f"error: {' '.join(message.split())}\n")
+    raise typer.Exit(code)
+
+
+def load_settings(engine: EngineName | None = None, examples: Path | None = None) -> Settings:
+    """The settings, with a command's ``--engine`` and ``--examples`` applied; a bad one is one line."""
+    try:
+        settings = get_settings()
+    except Exception as exc:  # pydantic's ValidationError: a bad FASTSLOW_* variable or file
+        fail(f"settings: {exc}", EXIT_BAD_INPUT)
+    updates: dict[str, Any] = {}
+    if engine is not None:
+        updates["engine"] = engine
+    if examples is not None:
+        if not examples.is_file():
+            fail(f"--examples: no such file {examples}", EXIT_BAD_INPUT)
+        updates["embedded"] = settings.embedded.model_copy(update={"examples": examples})
+    return settings.model_copy(update=updates)
+
+
+async def _with_store(settings: Settings, work: Callable[[DecisionStore], Awaitable[_T]]) -> _T:
+    from .store import DecisionStore, database_url_for
+
+    store = await DecisionStore.open(database_url_for(settings))
+    try:
+        return await work(store)
+    finally:
+        await store.aclose()
+
+
+def run_store(settings: Settings, work: Callable[[DecisionStore], Awaitable[_T]]) -> _T:
+    """Open the decision log (migrating it first), run ``work`` on it, close it; a failure is one line."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        return asyncio.run(_with_store(settings, work))
+    except ConfigError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    except (SQLAlchemyError, OSError) as exc:
+        fail(f"decision log: {type(exc).__name__}: {exc}", EXIT_STORE)
+
+
+def when(moment: datetime | None) -> str:
+    """A time as people and scripts read it in the command's output (empty for none)."""
+    return "" if moment is None else moment.isoformat(timespec="seconds")
+
+
+def write_line(result: dict[str, Any]) -> None:
+    """One JSON object on its own line of stdout, flushed."""
+    sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
+    sys.stdout.flush()  # whoever reads the stream sees each response as soon as it is ready
