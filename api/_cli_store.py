@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -117,8 +117,6 @@ def db_upgrade() -> None:
 
 
 def _parse_before(text: str) -> datetime:
-    from datetime import UTC, datetime
-
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
@@ -144,8 +142,6 @@ def db_prune(
 
     Learned examples and API keys stay.
     """
-    from datetime import UTC, datetime
-
     from rich.console import Console
     from rich.table import Table
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -13,7 +14,7 @@ from fastslow.policies import PolicySource, PolicyStore, load_policy, locate_pol
 from fastslow.policies.tuning import fit_mismatches
 from fastslow.router import PolicySet, Router, Settings
 
-__all__ = ["Runtime", "build_runtime", "embedder_name"]
+__all__ = ["Runtime", "build_runtime", "embedder_name", "keeps_state"]
 
 log = logging.getLogger("fastslow.policy")
 
@@ -33,6 +34,16 @@ class Runtime:
     async def aclose(self) -> None:
         await self.engines.aclose()
         await self.chats.aclose()
+
+
+def keeps_state(router: Router) -> Callable[[str], bool]:
+    """Whether the decision log keeps a task's state text: its ``store_state`` in the policy in force."""
+
+    def keeps(task: str) -> bool:
+        found = router.policy.tasks.get(task)
+        return bool(found is not None and found.store_state)
+
+    return keeps
 
 
 def embedder_name(settings: Settings) -> str:

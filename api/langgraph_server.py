@@ -51,7 +51,7 @@ from starlette.applications import Starlette
 from fastslow.graphs import GRAPHS, GraphContext, GraphName
 from fastslow.router import ChatSource, ConfigError, Router, get_settings
 
-from ._compose import Runtime, build_runtime
+from ._compose import Runtime, build_runtime, keeps_state
 from .store import DecisionStore, database_url_for
 
 __all__ = [
@@ -145,13 +145,8 @@ async def _open_log(runtime: Runtime, stack: AsyncExitStack) -> None:
     decisions = await DecisionStore.open(url, queue=settings.store.queue, batch=settings.store.batch)
     # Closed after the runs it serves: its writer commits what they queued.
     stack.push_async_callback(decisions.aclose)
-    router = runtime.router
-
-    def keeps_state(task: str) -> bool:
-        found = router.policy.tasks.get(task)
-        return bool(found is not None and found.store_state)
-
-    _process.recording = router.with_sink(decisions.sink(tenant, store_state=keeps_state, write_behind=True))
+    sink = decisions.sink(tenant, store_state=keeps_state(runtime.router), write_behind=True)
+    _process.recording = runtime.router.with_sink(sink)
     log.info("the served graphs' decisions go to the decision log as tenant %r", tenant)
 
 

@@ -25,6 +25,7 @@ from typing import Annotated, Any
 from fastapi import Header, Request, Response
 from sqlalchemy.exc import SQLAlchemyError
 
+from fastslow.api._compose import keeps_state
 from fastslow.api.store import (
     IdempotencyKeyTaken,
     IdempotentRequest,
@@ -88,14 +89,13 @@ class Unit:
 
     def __init__(self, router: Router) -> None:
         self._records: list[Record] = []
-        self._policy_router = router
+        self._keeps = keeps_state(router)
         self.router = router.with_sink(self)
         """The request's router: it records into this unit, not the log."""
 
     def _keeps_state(self, decisions: Sequence[Decision]) -> bool:
         # The task's ``store_state`` policy, as the tenant's sink applies it.
-        tasks = self._policy_router.policy.tasks
-        return all((task := tasks.get(d.task)) is not None and task.store_state for d in decisions)
+        return all(self._keeps(d.task) for d in decisions)
 
     async def record(self, decision: Decision, *, state: State) -> None:
         await self.record_many((decision,), state=state)

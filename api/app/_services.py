@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from fastslow.api._compose import Runtime
+from fastslow.api._compose import Runtime, keeps_state
 from fastslow.api._learning import Learner
 from fastslow.api.store import DecisionStore, WriterClosed
 from fastslow.router import Decision, DecisionSink, Router, Settings, State
@@ -86,12 +86,7 @@ class Services:
     def _router_for(self, tenant: str) -> Router:
         runtime = self.runtime
         router = Router(lambda: runtime.store.current, self.engines, runtime.chats)
-
-        def keeps_state(task: str) -> bool:
-            found = router.policy.tasks.get(task)
-            return bool(found is not None and found.store_state)
-
-        committed = _CommittedSink(self.decisions.sink(tenant, store_state=keeps_state))
+        committed = _CommittedSink(self.decisions.sink(tenant, store_state=keeps_state(router)))
         return router.with_sink(self.learner.sink(committed, tenant=tenant))
 
     async def key_revoked(self, key: str) -> bool:
