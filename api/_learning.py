@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from fastslow.api.store import DecisionStore, LearnOutcome, LearnSource, StoredDecision, StoredOutcome
 from fastslow.engines import EnginePool, LearnedExampleText, LearnedSet
-from fastslow.router import ClassifyTask, Decision, DecisionSink, PolicySet, RouteTask, State, Task
+from fastslow.router import ClassifyTask, Decision, DecisionSink, PolicySet, RouteTask, State, Task, polling
 
 __all__ = ["Learner", "example_text", "question_name"]
 
@@ -240,23 +240,10 @@ class Learner:
     @contextlib.asynccontextmanager
     async def running(self, *, poll_s: float = 5.0) -> AsyncIterator[Learner]:
         """Refresh every ``poll_s`` seconds in the background while the block runs (first at once)."""
-        if poll_s <= 0:
-            raise ValueError("poll_s must be positive")
-        task = asyncio.create_task(self._poll(poll_s), name="fastslow-learning")
-        try:
+        # A database blip must not end learning for good: a failed refresh is logged and polling goes on.
+        failure = "reading or training on the learned examples failed"
+        async with polling(self.refresh, poll_s, name="fastslow-learning", log=log, failure=failure, at_once=True):
             yield self
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _poll(self, poll_s: float) -> None:
-        while True:
-            try:
-                await self.refresh()
-            except Exception:  # keep polling: a database blip must not end learning for good
-                log.exception("reading or training on the learned examples failed")
-            await asyncio.sleep(poll_s)
 
 
 class _LearningSink:

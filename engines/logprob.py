@@ -26,7 +26,6 @@ from functools import partial
 from typing import Any
 
 import httpx2
-import openai
 from openai.types import Completion, CompletionUsage
 from openai.types.chat import ChatCompletion
 
@@ -48,13 +47,12 @@ from fastslow.router.engine_api import (
     EngineReply,
     Usage,
     gather_all,
-    neutralise,
-    split_and_ask,
 )
 
-from ._http_limits import DEFAULT_MAX_REPLY_BYTES, capped_client
+from ._http_limits import DEFAULT_MAX_REPLY_BYTES
+from ._openai_sdk import OpenAISdkDecisionEngine
 from ._prompt_batch import PromptBatcher
-from ._sdk_errors import api_key_or_deferred_error, openai_errors, request_timeout
+from ._sdk_errors import request_timeout
 
 __all__ = ["MISSING_LABEL_PENALTY", "LogprobEngine", "label_distribution"]
 
@@ -95,8 +93,11 @@ class _Part:
     billed: bool = True
 
 
-class LogprobEngine:
+class LogprobEngine(OpenAISdkDecisionEngine[LogprobSettings]):
     """Answers typed questions from next-token logprobs of a completion server.
+
+    Choices and scores of more than 26 options are split and recombined. A server that returns no
+    logprobs is an ``EngineProtocolError``.
 
     Args:
         settings: endpoint, model, key, time budget, retries and how many top logprobs to ask for.
@@ -111,13 +112,7 @@ class LogprobEngine:
             servers that take one prompt per request. Ignored when ``chat``.
         max_reply_bytes: the largest reply body the engine's own client reads
             (``limits.max_engine_reply_bytes``); a longer one is an ``EngineProtocolError``.
-
-    Each call's budget is a deadline for the whole call, retries and every byte of each reply
-    included (the SDK's ``timeout`` is per read, which a trickling server would never trip).
     """
-
-    name: str
-    limits: EngineLimits
 
     def __init__(
         self,
@@ -128,55 +123,17 @@ class LogprobEngine:
         batch_prompts: bool = True,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
-        self.name = "logprob"
-        self.limits = _LIMITS
-        self._settings = settings
+        super().__init__(
+            settings,
+            name="logprob",
+            limits=_LIMITS,
+            key_setting="logprob.api_key",
+            http_client=http_client,
+            max_reply_bytes=max_reply_bytes,
+        )
         self._chat = chat
         self._batch = batch_prompts
         self._batcher = PromptBatcher[Completion](self._send_prompts)
-        self._owns_http = http_client is None
-        self._client = openai.AsyncOpenAI(
-            api_key=api_key_or_deferred_error(settings.api_key, setting="logprob.api_key"),
-            base_url=settings.base_url,
-            # The SDK's own client class keeps its connection limits and redirects; the SDK closes it.
-            http_client=http_client
-            if http_client is not None
-            else capped_client(max_reply_bytes, engine=self.name, factory=openai.DefaultAsyncHttpxClient),
-            max_retries=settings.max_retries,  # the one retry loop is the SDK's
-            timeout=settings.timeout_s,
-        )
-
-    async def decide(
-        self,
-        state: State,
-        questions: Mapping[str, Question],
-        *,
-        images: Sequence[Image] = (),
-        options: ReadOptions | None = None,
-    ) -> EngineReply:
-        """Answer every question about ``state`` from the labels' next-token logprobs.
-
-        Choices and scores of more than 26 options are split and recombined. Raises
-        ``EngineError`` subclasses for transport and status failures, and ``EngineProtocolError``
-        when the server returns no logprobs.
-        """
-        opts = options or ReadOptions()
-        budget = opts.timeout_s if opts.timeout_s is not None else self._settings.timeout_s
-        async with openai_errors(self.name, budget) as deadline:
-            return await split_and_ask(
-                partial(self._ask, deadline=deadline),
-                self.limits,
-                neutralise(state),
-                questions,
-                images=images,
-                options=opts,
-                engine=self.name,
-            )
-
-    async def aclose(self) -> None:
-        """Close the SDK client's connections, unless the HTTP client was passed in."""
-        if self._owns_http:
-            await self._client.close()
 
     async def _ask(
         self,

@@ -16,11 +16,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from functools import partial
 from typing import Any
 
 import httpx2
-import openai
 from openai.types import Decision
 from openai.types.decision_create_params import InputUnionMember1
 from openai.types.decision_create_params import Question as WireQuestion
@@ -30,7 +28,6 @@ from fastslow.router import (
     Choice,
     EngineProtocolError,
     Image,
-    InvalidRequest,
     NoAnswer,
     Noul,
     OpenAIDecisionsSettings,
@@ -44,13 +41,12 @@ from fastslow.router.engine_api import (
     EngineLimits,
     EngineReply,
     Usage,
-    neutralise,
     normalise_distribution,
-    split_and_ask,
 )
 
-from ._http_limits import DEFAULT_MAX_REPLY_BYTES, capped_client
-from ._sdk_errors import api_key_or_deferred_error, openai_errors, request_timeout
+from ._http_limits import DEFAULT_MAX_REPLY_BYTES
+from ._openai_sdk import OpenAISdkDecisionEngine
+from ._sdk_errors import request_timeout
 
 __all__ = ["MAX_IMAGES", "OpenAIDecisionsEngine"]
 
@@ -67,8 +63,11 @@ _LIMITS = EngineLimits(max_questions=400, max_options=255, accepts_images=True)
 _MAX_LABEL_CHARS = 64
 
 
-class OpenAIDecisionsEngine:
+class OpenAIDecisionsEngine(OpenAISdkDecisionEngine[OpenAIDecisionsSettings]):
     """Answers typed questions with OpenAI's Decisions API.
+
+    A refused question comes back as ``NoAnswer(reason="refusal")``; more than ``MAX_IMAGES``
+    images is an ``InvalidRequest``.
 
     Args:
         settings: model, endpoint, key, time budget and retries. Without a key the SDK's
@@ -78,13 +77,7 @@ class OpenAIDecisionsEngine:
             client is used as it is, without the reply cap.
         max_reply_bytes: the largest reply body the engine's own client reads
             (``limits.max_engine_reply_bytes``); a longer one is an ``EngineProtocolError``.
-
-    Each call's budget is a deadline for the whole call, retries and every byte of each reply
-    included (the SDK's ``timeout`` is per read, which a trickling server would never trip).
     """
-
-    name: str
-    limits: EngineLimits
 
     def __init__(
         self,
@@ -93,57 +86,16 @@ class OpenAIDecisionsEngine:
         http_client: httpx2.AsyncClient | None = None,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
-        self.name = "openai-decisions"
-        self.limits = _LIMITS
-        self._settings = settings
-        self._owns_http = http_client is None
-        self._client = openai.AsyncOpenAI(
-            api_key=api_key_or_deferred_error(
-                settings.api_key, setting="openai_decisions.api_key", env="OPENAI_API_KEY"
-            ),
-            base_url=settings.base_url,
-            # The SDK's own client class keeps its connection limits and redirects; the SDK closes it.
-            http_client=http_client
-            if http_client is not None
-            else capped_client(max_reply_bytes, engine=self.name, factory=openai.DefaultAsyncHttpxClient),
-            # The SDK carries the one retry loop (with backoff honouring Retry-After); we add none.
-            max_retries=settings.max_retries,
-            timeout=settings.timeout_s,
+        super().__init__(
+            settings,
+            name="openai-decisions",
+            limits=_LIMITS,
+            key_setting="openai_decisions.api_key",
+            key_env="OPENAI_API_KEY",
+            max_images=MAX_IMAGES,
+            http_client=http_client,
+            max_reply_bytes=max_reply_bytes,
         )
-
-    async def decide(
-        self,
-        state: State,
-        questions: Mapping[str, Question],
-        *,
-        images: Sequence[Image] = (),
-        options: ReadOptions | None = None,
-    ) -> EngineReply:
-        """Answer every question about ``state`` in as few API calls as the limits allow.
-
-        A refused question comes back as ``NoAnswer(reason="refusal")``. Raises ``EngineError``
-        subclasses for transport, status and body failures, and ``InvalidRequest`` for more than
-        ``MAX_IMAGES`` images.
-        """
-        if len(images) > MAX_IMAGES:
-            raise InvalidRequest("images", f"at most {MAX_IMAGES} images per request, got {len(images)}")
-        opts = options or ReadOptions()
-        budget = opts.timeout_s if opts.timeout_s is not None else self._settings.timeout_s
-        async with openai_errors(self.name, budget) as deadline:
-            return await split_and_ask(
-                partial(self._ask, deadline=deadline),
-                self.limits,
-                neutralise(state),
-                questions,
-                images=images,
-                options=opts,
-                engine=self.name,
-            )
-
-    async def aclose(self) -> None:
-        """Close the SDK client's connections, unless the HTTP client was passed in."""
-        if self._owns_http:
-            await self._client.close()
 
     async def _ask(
         self,

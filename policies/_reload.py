@@ -22,10 +22,11 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
-from fastslow.router import ConfigError, PolicySet
+from fastslow.router import ConfigError, PolicySet, polling
 
 from ._load import load_policy, policy_version
 
@@ -223,23 +224,11 @@ class PolicyStore:
         Checks run in a worker thread so a slow disk, training or listener never blocks the event
         loop. A changed file is loaded on the first poll that reads it unchanged since the one before.
         """
-        if interval_s <= 0:
-            raise ValueError("interval_s must be positive")
-        task = asyncio.create_task(self._watch(interval_s), name=f"policy-watch:{self._path}")
-        try:
+        watch = partial(asyncio.to_thread, self.check, settle=True)
+        # check() itself reports file problems as results; what it raises is logged and the watch goes on.
+        failure = f"policy watcher for {self._path} failed"
+        async with polling(watch, interval_s, name=f"policy-watch:{self._path}", log=log, failure=failure):
             yield self
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _watch(self, interval_s: float) -> None:
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await asyncio.to_thread(self.check, settle=True)
-            except Exception:  # keep watching; check() itself reports file problems as results
-                log.exception("policy watcher for %s failed", self._path)
 
     def _stat_now(self) -> tuple[int, int, int] | None:
         try:

@@ -55,6 +55,7 @@ from ._errors import (
     failure_summary,
 )
 from ._nodes import classify_node, policy_gate_node, route_edge, router_node
+from ._poll import polling
 from ._questions import Choice, Image, Noul, Question, QuestionKind, Score, State
 from ._router import ChatSource, CheckResult, DecisionSink, EngineSource, Incumbent, Router
 from ._settings import (
@@ -174,6 +175,7 @@ __all__ = [
     "failure_summary",
     "get_settings",
     "policy_gate_node",
+    "polling",
     "request_scope",
     "route_edge",
     "router_node",

@@ -7,7 +7,7 @@ renders it into a chat template, where a ``<|turn>`` typed by a user must stay p
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -15,10 +15,43 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from fastslow.router import InvalidRequest
 from fastslow.router.engine_api import ToolSpec, neutralise_text, strip_thoughts
 
-__all__ = ["function_tools", "to_wire"]
+__all__ = ["ImagePart", "function_tools", "to_wire", "user_content"]
 
 
-def _image_url(block: Mapping[str, Any], where: str) -> dict[str, Any]:
+ImagePart = Callable[[Mapping[str, Any], str], dict[str, Any]]
+"""Builds a wire's image part from a LangChain ``image`` or an OpenAI ``image_url`` block and where it stands."""
+
+
+def user_content(
+    content: str | list[Any], where: str, *, text_type: str, image: ImagePart
+) -> str | list[dict[str, Any]]:
+    """A user message's content on an OpenAI wire: a string, or parts of text and images.
+
+    Chat Completions and the Responses API differ only in the text part's type (``text``,
+    ``input_text``) and in the image part, which ``image(block, where)`` builds. Text is neutralised.
+
+    Raises:
+        InvalidRequest: a content block the wire cannot carry, named by ``where`` and its index.
+    """
+    if isinstance(content, str):
+        return neutralise_text(content)
+    parts: list[dict[str, Any]] = []
+    for i, block in enumerate(content):
+        at = f"{where}[{i}]"
+        if isinstance(block, str):
+            parts.append({"type": text_type, "text": neutralise_text(block)})
+        elif block.get("type") == "text":
+            parts.append({"type": text_type, "text": neutralise_text(str(block.get("text", "")))})
+        elif block.get("type") in ("image", "image_url"):
+            parts.append(image(block, at))
+        else:
+            raise InvalidRequest(at, f"unsupported content block type {block.get('type')!r}")
+    return parts
+
+
+def _image_part(block: Mapping[str, Any], where: str) -> dict[str, Any]:
+    if block.get("type") == "image_url":
+        return {"type": "image_url", "image_url": block["image_url"]}  # already this wire's shape
     # LangChain's standard image block carries a URL or base64 data; the wire wants one URL.
     url = block.get("url")
     if not url and block.get("base64"):
@@ -26,25 +59,6 @@ def _image_url(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     if not url:
         raise InvalidRequest(where, "an image block needs a url or base64 data")
     return {"type": "image_url", "image_url": {"url": url}}
-
-
-def _user_content(content: str | list[Any], where: str) -> str | list[dict[str, Any]]:
-    if isinstance(content, str):
-        return neutralise_text(content)
-    parts: list[dict[str, Any]] = []
-    for i, block in enumerate(content):
-        at = f"{where}[{i}]"
-        if isinstance(block, str):
-            parts.append({"type": "text", "text": neutralise_text(block)})
-        elif block.get("type") == "text":
-            parts.append({"type": "text", "text": neutralise_text(str(block.get("text", "")))})
-        elif block.get("type") == "image_url":
-            parts.append({"type": "image_url", "image_url": block["image_url"]})
-        elif block.get("type") == "image":
-            parts.append(_image_url(block, at))
-        else:
-            raise InvalidRequest(at, f"unsupported content block type {block.get('type')!r}")
-    return parts
 
 
 def _assistant(message: AIMessage) -> dict[str, Any]:
@@ -76,7 +90,8 @@ def to_wire(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
         if isinstance(message, SystemMessage):
             wire.append({"role": "system", "content": message.text})
         elif isinstance(message, HumanMessage):
-            wire.append({"role": "user", "content": _user_content(message.content, f"{where}.content")})
+            content = user_content(message.content, f"{where}.content", text_type="text", image=_image_part)
+            wire.append({"role": "user", "content": content})
         elif isinstance(message, AIMessage):
             wire.append(_assistant(message))
         elif isinstance(message, ToolMessage):

@@ -17,6 +17,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from fastslow.router import InvalidRequest
 from fastslow.router.engine_api import ToolSpec, neutralise_text, strip_thoughts
 
+from ._messages import user_content
+
 __all__ = ["function_tools", "to_input"]
 
 
@@ -31,23 +33,6 @@ def _image(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     if not url:
         raise InvalidRequest(where, "an image block needs a url or base64 data")
     return {"type": "input_image", "image_url": url, "detail": "auto"}
-
-
-def _user_content(content: str | list[Any], where: str) -> str | list[dict[str, Any]]:
-    if isinstance(content, str):
-        return neutralise_text(content)
-    parts: list[dict[str, Any]] = []
-    for i, block in enumerate(content):
-        at = f"{where}[{i}]"
-        if isinstance(block, str):
-            parts.append({"type": "input_text", "text": neutralise_text(block)})
-        elif block.get("type") == "text":
-            parts.append({"type": "input_text", "text": neutralise_text(str(block.get("text", "")))})
-        elif block.get("type") in ("image", "image_url"):
-            parts.append(_image(block, at))
-        else:
-            raise InvalidRequest(at, f"unsupported content block type {block.get('type')!r}")
-    return parts
 
 
 def to_input(messages: Sequence[BaseMessage]) -> tuple[str | None, list[dict[str, Any]]]:
@@ -70,7 +55,8 @@ def to_input(messages: Sequence[BaseMessage]) -> tuple[str | None, list[dict[str
             else:
                 instructions.append(message.text)
         elif isinstance(message, HumanMessage):
-            items.append({"role": "user", "content": _user_content(message.content, f"{where}.content")})
+            content = user_content(message.content, f"{where}.content", text_type="input_text", image=_image)
+            items.append({"role": "user", "content": content})
         elif isinstance(message, AIMessage):
             # ``.text`` skips reasoning and thinking content blocks; inline thought markup goes too.
             if text := strip_thoughts(message.text):
