@@ -10,12 +10,9 @@ payload contains the canary, so a test can assert that it appears nowhere it mus
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from anthropic.types import (
@@ -29,6 +26,8 @@ from anthropic.types import (
     ToolUseBlock,
     Usage,
 )
+
+from fakes.sdk_server import SdkServer
 
 __all__ = ["Reply", "ScriptedServer", "answer", "anthropic_server", "error", "refusal", "text", "tool_use"]
 
@@ -66,6 +65,10 @@ class Reply:
     headers: Mapping[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     model: str = "claude-sonnet-4-6"
+
+    @property
+    def http_status(self) -> int:
+        return self.status
 
 
 def text(content: str, *, thinking: tuple[str, ...] = (), redacted: tuple[str, ...] = (), **usage: int) -> Reply:
@@ -139,72 +142,26 @@ def _message(reply: Reply, number: int, canary: str | None) -> dict[str, Any]:
     return message.model_dump(mode="json", exclude_none=True)
 
 
-class ScriptedServer(ThreadingHTTPServer):
+class ScriptedServer(SdkServer[Reply]):
     """The server: replies come from ``script`` in order, or from ``respond(request_body)``."""
 
-    daemon_threads = True
+    route = "/v1/messages"
+    thread_name = "fake-anthropic"
 
     def __init__(
         self, script: list[Reply], respond: Callable[[dict[str, Any]], Reply] | None, canary: str | None
     ) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.script = script
-        self.respond = respond
+        super().__init__(script, respond)
         self.canary = canary
-        self.requests: list[dict[str, Any]] = []
-        """Every request body, in order."""
-        self.headers: list[dict[str, str]] = []
-        """The headers of each request (lower-case names), in order."""
-        self.stopping = threading.Event()
-        self._lock = threading.Lock()
 
-    def next_reply(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[Reply, int]:
-        with self._lock:
-            self.requests.append(body)
-            self.headers.append(headers)
-            number = len(self.requests)
-            if self.respond is not None:
-                return self.respond(body), number
-            if not self.script:
-                return error(500, "the fake server's script is exhausted"), number
-            return self.script.pop(0), number
+    def exhausted(self) -> Reply:
+        return error(500, "the fake server's script is exhausted")
 
+    def error_body(self, status: int, message: str, *, scripted: bool) -> Any:
+        return {"type": "error", "error": {"type": _ERROR_TYPES.get(status, "api_error"), "message": message}}
 
-class _Handler(BaseHTTPRequestHandler):
-    server: ScriptedServer
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("content-length", "0"))
-        body = json.loads(self.rfile.read(length) or b"{}")
-        if self.path.split("?")[0].rstrip("/") != "/v1/messages":
-            self._send(404, {"type": "error", "error": {"type": "not_found_error", "message": f"no route {self.path}"}})
-            return
-        headers = {name.lower(): value for name, value in self.headers.items()}
-        reply, number = self.server.next_reply(body, headers)
-        if reply.delay_s and self.server.stopping.wait(reply.delay_s):
-            return  # the test is over; nobody waits for this reply
-        if reply.status != 200:
-            kind = _ERROR_TYPES.get(reply.status, "api_error")
-            payload = {"type": "error", "error": {"type": kind, "message": reply.message}}
-            self._send(reply.status, payload, reply.headers)
-            return
-        self._send(200, _message(reply, number, self.server.canary))
-
-    def _send(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
-        try:
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name.replace("_", "-"), value)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (a timeout test)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        del format, args  # keep test output quiet
+    def body(self, reply: Reply, number: int) -> Any:
+        return _message(reply, number, self.canary)
 
 
 @contextmanager
@@ -219,14 +176,5 @@ def anthropic_server(
         canary: put this string in every thinking text, signature and redacted payload, and give
             every successful reply one thinking and one redacted block when it scripts none.
     """
-    server = ScriptedServer(list(replies), respond, canary)
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), name="fake-anthropic", daemon=True)
-    thread.start()
-    try:
-        host, port = server.server_address[:2]
-        yield f"http://{host!s}:{port}", server
-    finally:
-        server.stopping.set()
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with ScriptedServer(list(replies), respond, canary).running() as served:
+        yield served

@@ -8,11 +8,9 @@ engine reads is what the SDK would read from OpenAI or vLLM; vLLM's extra ``reas
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionMessageFunctionToolCall
@@ -20,7 +18,9 @@ from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_message_function_tool_call import Function
 from openai.types.completion_usage import CompletionUsage
 
-__all__ = ["Reply", "ScriptedServer", "error", "openai_server", "structured", "text", "tool_calls"]
+from fakes.sdk_server import SdkServer
+
+__all__ = ["Reply", "ScriptedServer", "error", "error_payload", "openai_server", "structured", "text", "tool_calls"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +43,10 @@ class Reply:
     usage: CompletionUsage | None = None
     """Token counts to report; 11 prompt and 7 completion tokens when ``None``."""
 
+    @property
+    def http_status(self) -> int:
+        return self.status
+
 
 def text(content: str, **extra: Any) -> Reply:
     """A plain answer; ``extra`` adds message fields such as ``reasoning="..."``."""
@@ -62,6 +66,11 @@ def tool_calls(*calls: tuple[str, Mapping[str, Any]], content: str | None = None
 def error(status: int, message: str = "scripted failure", **headers: str) -> Reply:
     """An error status with an OpenAI-shaped body."""
     return Reply(status=status, message=message, headers=headers)
+
+
+def error_payload(message: str, kind: str) -> dict[str, Any]:
+    """An OpenAI-shaped error body (Chat Completions and Responses alike)."""
+    return {"error": {"message": message, "type": kind}}
 
 
 def _completion(reply: Reply, number: int) -> dict[str, Any]:
@@ -90,62 +99,21 @@ def _completion(reply: Reply, number: int) -> dict[str, Any]:
     return completion.model_dump(mode="json", exclude_none=True)
 
 
-class ScriptedServer(ThreadingHTTPServer):
+class ScriptedServer(SdkServer[Reply]):
     """The server: replies come from ``script`` in order, or from ``respond(request_body)``."""
 
-    daemon_threads = True
+    route = "/v1/chat/completions"
+    base_path = "/v1"
+    thread_name = "fake-openai"
 
-    def __init__(self, script: list[Reply], respond: Callable[[dict[str, Any]], Reply] | None) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.script = script
-        self.respond = respond
-        self.requests: list[dict[str, Any]] = []
-        self.stopping = threading.Event()
-        self._lock = threading.Lock()
+    def exhausted(self) -> Reply:
+        return error(500, "the fake server's script is exhausted")
 
-    def next_reply(self, body: dict[str, Any]) -> tuple[Reply, int]:
-        with self._lock:
-            self.requests.append(body)
-            number = len(self.requests)
-            if self.respond is not None:
-                return self.respond(body), number
-            if not self.script:
-                return error(500, "the fake server's script is exhausted"), number
-            return self.script.pop(0), number
+    def error_body(self, status: int, message: str, *, scripted: bool) -> Any:
+        return error_payload(message, "scripted" if scripted else "not_found")
 
-
-class _Handler(BaseHTTPRequestHandler):
-    server: ScriptedServer
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("content-length", "0"))
-        body = json.loads(self.rfile.read(length) or b"{}")
-        if self.path.rstrip("/") != "/v1/chat/completions":
-            self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
-            return
-        reply, number = self.server.next_reply(body)
-        if reply.delay_s and self.server.stopping.wait(reply.delay_s):
-            return  # the test is over; nobody waits for this reply
-        if reply.status != 200:
-            self._send(reply.status, {"error": {"message": reply.message, "type": "scripted"}}, reply.headers)
-            return
-        self._send(200, _completion(reply, number))
-
-    def _send(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
-        try:
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name.replace("_", "-"), value)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (a timeout test)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        del format, args  # keep test output quiet
+    def body(self, reply: Reply, number: int) -> Any:
+        return _completion(reply, number)
 
 
 @contextmanager
@@ -153,14 +121,5 @@ def openai_server(
     *replies: Reply, respond: Callable[[dict[str, Any]], Reply] | None = None
 ) -> Iterator[tuple[str, ScriptedServer]]:
     """Run the server on 127.0.0.1 in a thread; yields (base URL ending in ``/v1``, the server)."""
-    server = ScriptedServer(list(replies), respond)
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), name="fake-openai", daemon=True)
-    thread.start()
-    try:
-        host, port = server.server_address[:2]
-        yield f"http://{host!s}:{port}/v1", server
-    finally:
-        server.stopping.set()
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with ScriptedServer(list(replies), respond).running() as served:
+        yield served

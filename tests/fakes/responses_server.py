@@ -9,11 +9,9 @@ server sent (``server.thoughts_sent``), so a test can prove a canary was really 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
 from openai.types.responses import (
@@ -28,6 +26,9 @@ from openai.types.responses import (
 from openai.types.responses.response import IncompleteDetails
 from openai.types.responses.response_reasoning_item import Content, Summary
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+
+from fakes.openai_server import error_payload
+from fakes.sdk_server import SdkServer
 
 __all__ = ["RReply", "ResponsesServer", "answer", "error", "function_calls", "responses_server"]
 
@@ -130,66 +131,29 @@ def _response(reply: RReply, number: int) -> tuple[dict[str, Any], list[str]]:
     return response.model_dump(mode="json", exclude_none=True), sent
 
 
-class ResponsesServer(ThreadingHTTPServer):
+class ResponsesServer(SdkServer[RReply]):
     """The server: replies come from ``script`` in order, or from ``respond(request_body)``."""
 
-    daemon_threads = True
+    route = "/v1/responses"
+    base_path = "/v1"
+    thread_name = "fake-responses"
 
     def __init__(self, script: list[RReply], respond: Callable[[dict[str, Any]], RReply] | None) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.script = script
-        self.respond = respond
-        self.requests: list[dict[str, Any]] = []
+        super().__init__(script, respond)
         self.thoughts_sent: list[str] = []
-        self.stopping = threading.Event()
-        self._lock = threading.Lock()
+        """Every reasoning text served, in order."""
 
-    def next_reply(self, body: dict[str, Any]) -> tuple[RReply, int]:
-        with self._lock:
-            self.requests.append(body)
-            number = len(self.requests)
-            if self.respond is not None:
-                return self.respond(body), number
-            if not self.script:
-                return error(500, "the fake server's script is exhausted"), number
-            return self.script.pop(0), number
+    def exhausted(self) -> RReply:
+        return error(500, "the fake server's script is exhausted")
 
+    def error_body(self, status: int, message: str, *, scripted: bool) -> Any:
+        return error_payload(message, "scripted" if scripted else "not_found")
 
-class _Handler(BaseHTTPRequestHandler):
-    server: ResponsesServer
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("content-length", "0"))
-        body = json.loads(self.rfile.read(length) or b"{}")
-        if self.path.rstrip("/") != "/v1/responses":
-            self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
-            return
-        reply, number = self.server.next_reply(body)
-        if reply.delay_s and self.server.stopping.wait(reply.delay_s):
-            return  # the test is over; nobody waits for this reply
-        if reply.http_status != 200:
-            self._send(reply.http_status, {"error": {"message": reply.message, "type": "scripted"}}, reply.headers)
-            return
+    def body(self, reply: RReply, number: int) -> Any:
         payload, sent = _response(reply, number)
-        with self.server._lock:
-            self.server.thoughts_sent.extend(sent)
-        self._send(200, payload)
-
-    def _send(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
-        try:
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name.replace("_", "-"), value)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (a timeout test)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's signature
-        del format, args  # keep test output quiet
+        with self._lock:
+            self.thoughts_sent.extend(sent)
+        return payload
 
 
 @contextmanager
@@ -197,14 +161,5 @@ def responses_server(
     *replies: RReply, respond: Callable[[dict[str, Any]], RReply] | None = None
 ) -> Iterator[tuple[str, ResponsesServer]]:
     """Run the server on 127.0.0.1 in a thread; yields (base URL ending in ``/v1``, the server)."""
-    server = ResponsesServer(list(replies), respond)
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), name="fake-responses", daemon=True)
-    thread.start()
-    try:
-        host, port = server.server_address[:2]
-        yield f"http://{host!s}:{port}/v1", server
-    finally:
-        server.stopping.set()
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with ResponsesServer(list(replies), respond).running() as served:
+        yield served
