@@ -68,7 +68,8 @@ from ._predictions import (
     write_prediction,
     write_run,
 )
-from ._report import (
+from ._report import Report, write_report
+from ._report_metrics import (
     CONFUSION_FILE,
     COVERAGE_PLOT,
     GROUP_KEYS,
@@ -77,8 +78,6 @@ from ._report import (
     RELIABILITY_PLOT,
     REPORT_FORMAT,
     SUMMARY_FILE,
-    Report,
-    write_report,
 )
 from ._rows import SPLITS, EvalRow, RowProblem, RowsRead, Split, normalise_label, read_rows
 from ._run import evaluate
