@@ -31,7 +31,7 @@ from fastslow.router import ConfigError, Settings
 
 from ._bounds import wilson_lower, wilson_upper
 from ._collect import load_task
-from ._log import LOG_LIMIT, DriftLog, Sample, logged_label, logged_prediction, sample_weight
+from ._log import LOG_LIMIT, DriftLog, Sample, kept_by_system1, logged_label, logged_prediction, sample_weight
 
 __all__ = ["COVERAGE_SHIFT", "ECE_FLOOR", "MIN_ECE_ROWS", "MIN_KEPT_ROWS", "Drift", "drift"]
 
@@ -112,7 +112,7 @@ async def drift(
         conf.append(scored.confidence)
         right.append(float(scored.answer == label))
         weights.append(weight)
-        kept_flags.append(decision.system == 1 and not decision.escalate and decision.verdict != "review")
+        kept_flags.append(kept_by_system1(decision))
     refit = False
     lines = [f"task {task}: {total} decisions logged{_since(since)}, {len(conf)} labelled ({sample} sample)"]
     figures: dict[str, Any] = {"decisions": total, "labelled": len(conf), "sample": sample}

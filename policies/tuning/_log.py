@@ -25,6 +25,7 @@ __all__ = [
     "OutcomeLog",
     "Sample",
     "ShadowLog",
+    "kept_by_system1",
     "logged_label",
     "logged_prediction",
     "sample_weight",
@@ -110,9 +111,14 @@ class ShadowLog(Protocol):
     async def aclose(self) -> None: ...
 
 
+def kept_by_system1(decision: LoggedDecision) -> bool:
+    """Whether System 1 settled it: not escalated, and not a check's review (which people settle)."""
+    return decision.system == 1 and not decision.escalate and decision.verdict != "review"
+
+
 def sample_weight(sample: Sample, decision: LoggedDecision) -> float | None:
     """How much a labelled decision counts under ``sample`` (``collect_from_log``); ``None``: not at all."""
-    kept = decision.system == 1 and not decision.escalate and decision.verdict != "review"
+    kept = kept_by_system1(decision)
     if sample == "all":
         return 1.0
     if decision.audit:
