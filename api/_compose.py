@@ -11,7 +11,7 @@ from pathlib import Path
 from fastslow.engines import EnginePool, needs_examples
 from fastslow.engines.chat import Frontier
 from fastslow.policies import PolicySource, PolicyStore, load_policy, locate_policy
-from fastslow.policies.tuning import fit_mismatches
+from fastslow.policies.tuning import embedder_name, fit_mismatches
 from fastslow.router import PolicySet, Router, Settings
 
 __all__ = ["Runtime", "build_runtime", "embedder_name", "keeps_state"]
@@ -44,11 +44,6 @@ def keeps_state(router: Router) -> Callable[[str], bool]:
         return bool(found is not None and found.store_state)
 
     return keeps
-
-
-def embedder_name(settings: Settings) -> str:
-    """The embedder the settings give the embedded engines (``auto`` is e5)."""
-    return "e5" if settings.embedded.embedder == "auto" else settings.embedded.embedder
 
 
 def _warn_stale_fits(settings: Settings, path: Path, policy: PolicySet) -> None:

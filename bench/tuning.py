@@ -39,10 +39,10 @@ import yaml  # noqa: E402
 from quality import _family  # noqa: E402
 
 from fastslow.api import evaluate  # noqa: E402
-from fastslow.api._tune import apply, collect, tune_task  # noqa: E402
+from fastslow.engines.chat import call_cost  # noqa: E402
 from fastslow.policies import load_policy  # noqa: E402
 from fastslow.policies.evaluation import Prediction, read_predictions  # noqa: E402
-from fastslow.policies.tuning import PolicyEditor, TooFewLabels, kept_answer  # noqa: E402
+from fastslow.policies.tuning import PolicyEditor, TooFewLabels, apply_fit, collect, kept_answer, tune  # noqa: E402
 from fastslow.router import (  # noqa: E402
     ClassifyTask,
     EmbeddedSettings,
@@ -129,16 +129,31 @@ async def one_set(
     settings = _settings(bench.work, embedder)
     started = time.monotonic()
     collected = await collect(
-        tune_file, work / "tune-run", settings=settings, policy=policy, task=converter, progress=False
+        tune_file,
+        work / "tune-run",
+        settings=settings,
+        policy=policy,
+        task=converter,
+        evaluate=evaluate,
+        progress=False,
     )
     base = {"set": converter, "embedder": embedder, "examples": shots, "tune_rows": len(tuning), "target": target}
     try:
-        fit = tune_task(collected, tune_file, settings, target=target, level=0.95, max_false_deny=0.02, max_miss=0.05)
+        fit = tune(
+            collected,
+            tune_file,
+            settings,
+            call_cost=call_cost,
+            target=target,
+            level=0.95,
+            max_false_deny=0.02,
+            max_miss=0.05,
+        )
     except TooFewLabels as exc:
         log(f"{name}: tune refused: {exc}")
         return {**base, "refused": str(exc), "seconds": round(time.monotonic() - started, 1)}
     editor = PolicyEditor(policy)
-    apply(editor, fit)
+    apply_fit(editor, fit)
     editor.write()
     log(f"{name}: " + "; ".join(fit.lines[:2]))
     await evaluate(
@@ -256,13 +271,20 @@ async def xstest_set(bench: Bench, *, embedder: str, rotations: int) -> dict[str
         )
         tune_file, test_file = write_jsonl(work / "tune.jsonl", tuning), write_jsonl(work / "test.jsonl", test)
         collected = await collect(
-            tune_file, work / "tune-run", settings=settings, policy=policy, task=task_name, progress=False
+            tune_file,
+            work / "tune-run",
+            settings=settings,
+            policy=policy,
+            task=task_name,
+            evaluate=evaluate,
+            progress=False,
         )
         try:
-            fit = tune_task(
+            fit = tune(
                 collected,
                 tune_file,
                 settings,
+                call_cost=call_cost,
                 target=TARGET,
                 level=0.95,
                 max_false_deny=MAX_FALSE_DENY,
@@ -271,7 +293,7 @@ async def xstest_set(bench: Bench, *, embedder: str, rotations: int) -> dict[str
         except TooFewLabels as exc:
             return {"set": "xstest", "refused": str(exc), "seconds": round(time.monotonic() - started, 1)}
         editor = PolicyEditor(policy)
-        apply(editor, fit)
+        apply_fit(editor, fit)
         editor.write()
         log(f"xstest rotation {k}: " + "; ".join(fit.lines))
         action = load_policy(policy).tasks[task_name].rules[rule].action  # type: ignore[attr-defined]

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fastslow.policies.evaluation import GROUP_KEYS, METRICS_KEYS, write_report
 from fastslow.policies.evaluation import _metrics as m
 from fastslow.policies.evaluation._compare import compare_reports
 from fastslow.policies.evaluation._predictions import PREDICTIONS_FILE, Prediction, RunInfo, write_prediction, write_run
-from fastslow.policies.evaluation._report import GROUP_KEYS, METRICS_KEYS, write_report
 from fastslow.router import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent

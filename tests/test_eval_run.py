@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import fastslow.api._evaluate as evaluate_module
+import fastslow.policies.evaluation._run as evaluate_module
 from fastslow.api._evaluate import evaluate, headline
 from fastslow.api.cli import app
 from fastslow.policies.evaluation import Prediction, read_predictions, read_run

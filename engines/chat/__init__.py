@@ -2,6 +2,7 @@
 ``Frontier`` chat source, and the opt-in thought sink."""
 
 from ._anthropic import AnthropicChatEngine
+from ._cost import call_cost
 from ._frontier import Frontier, OpenAIApi
 from ._openai import OpenAIChatEngine
 from ._ref import ModelRef, Provider
@@ -17,5 +18,6 @@ __all__ = [
     "OpenAIResponsesEngine",
     "Provider",
     "ThoughtSink",
+    "call_cost",
     "keep_thoughts",
 ]

@@ -7,6 +7,10 @@
 * The metrics: accuracy, macro-F1, calibration (ECE, reliability, Brier, log loss), AUROC,
   selective prediction (accuracy–coverage), verdict shares for checks, RouteLLM's APGR and CPT,
   and a paired bootstrap to compare two runs on the same rows.
+* ``evaluate``: answer every row of an evaluation file as production would (a policy task's rows
+  by a ``TaskRouter``, explicit rows by a ``RowEngine``, both built by the caller's ``Deciders``),
+  one ``Prediction`` per (row, question), resumable; ``headline`` is its one-line summary, and
+  ``prediction`` is how a decision (the router's, or one read back from the log) is scored.
 * ``write_report`` / ``compare_reports``: a run's report directory (``metrics.json``, plots,
   ``summary.md``) from its ``predictions.jsonl`` and ``run.json``, and two runs side by side.
 
@@ -22,6 +26,9 @@ from ._compare import (
     compare_reports,
 )
 from ._convert import CONVERTERS, Converter, ConvertResult, Dataset, Item, Source, TaskSpec, convert, pick_examples
+from ._decided import FAILED_REASONS, Decided, prediction
+from ._deciders import Deciders, RowEngine, TaskRouter, TrainingTexts
+from ._headline import Headline, headline
 from ._metrics import (
     Bootstrap,
     Confusion,
@@ -49,6 +56,7 @@ from ._metrics import (
     reliability,
     verdict_shares,
 )
+from ._plan import EXPLICIT_THRESHOLDS, NONE_OF_THESE
 from ._plots import plot_tuning
 from ._predictions import (
     PREDICTIONS_FILE,
@@ -60,7 +68,8 @@ from ._predictions import (
     write_prediction,
     write_run,
 )
-from ._report import (
+from ._report import Report, write_report
+from ._report_metrics import (
     CONFUSION_FILE,
     COVERAGE_PLOT,
     GROUP_KEYS,
@@ -69,10 +78,9 @@ from ._report import (
     RELIABILITY_PLOT,
     REPORT_FORMAT,
     SUMMARY_FILE,
-    Report,
-    write_report,
 )
 from ._rows import SPLITS, EvalRow, RowProblem, RowsRead, Split, normalise_label, read_rows
+from ._run import evaluate
 
 __all__ = [
     "COMPARISON_FILE",
@@ -80,9 +88,12 @@ __all__ = [
     "CONFUSION_FILE",
     "CONVERTERS",
     "COVERAGE_PLOT",
+    "EXPLICIT_THRESHOLDS",
+    "FAILED_REASONS",
     "GROUP_KEYS",
     "METRICS_FILE",
     "METRICS_KEYS",
+    "NONE_OF_THESE",
     "PREDICTIONS_FILE",
     "RELIABILITY_PLOT",
     "REPORT_FORMAT",
@@ -96,22 +107,28 @@ __all__ = [
     "Converter",
     "CoverageCurve",
     "Dataset",
+    "Decided",
+    "Deciders",
     "Difference",
     "EvalRow",
     "GapCurve",
     "GroupComparison",
+    "Headline",
     "Item",
     "Label",
     "Prediction",
     "Reliability",
     "Report",
+    "RowEngine",
     "RowProblem",
     "RowsRead",
     "RunInfo",
     "SelectivePoint",
     "Source",
     "Split",
+    "TaskRouter",
     "TaskSpec",
+    "TrainingTexts",
     "VerdictShares",
     "accuracy",
     "apgr",
@@ -124,7 +141,9 @@ __all__ = [
     "coverage_curve",
     "cpt",
     "ece",
+    "evaluate",
     "gap_recovered_curve",
+    "headline",
     "kept_at",
     "log_loss",
     "macro_f1",
@@ -133,6 +152,7 @@ __all__ = [
     "percentiles",
     "pick_examples",
     "plot_tuning",
+    "prediction",
     "read_predictions",
     "read_rows",
     "read_run",

@@ -24,7 +24,8 @@ from fastslow.router import ConfigError
 
 from ._metrics import ece, paired_bootstrap, percentiles
 from ._predictions import Prediction, RunInfo, read_predictions, read_run
-from ._report import ECE_BINS, clean, dedupe, has_distribution, is_correct, is_kept, latency_per_row
+from ._report_metrics import ECE_BINS, clean
+from ._scoring import dedupe, has_distribution, is_correct, is_kept, latency_per_row
 
 __all__ = ["COMPARISON_FILE", "COMPARISON_SUMMARY", "Comparison", "Difference", "GroupComparison", "compare_reports"]
 

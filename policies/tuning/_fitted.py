@@ -7,9 +7,9 @@ names a different engine or embedder than the settings give its task is a warnin
 
 from __future__ import annotations
 
-from fastslow.router import PolicySet
+from fastslow.router import PolicySet, Settings
 
-__all__ = ["EMBEDDED_ENGINES", "fit_mismatches"]
+__all__ = ["EMBEDDED_ENGINES", "embedder_name", "fit_mismatches"]
 
 EMBEDDED_ENGINES = frozenset({"embedded", "examples"})
 """Engines whose answers depend on the embedder."""
@@ -35,3 +35,8 @@ def fit_mismatches(policy: PolicySet, *, default_engine: str, embedder: str) -> 
                     f"give {embedder!r} (FASTSLOW_EMBEDDED__EMBEDDER); refit them"
                 )
     return out
+
+
+def embedder_name(settings: Settings) -> str:
+    """The embedder the settings give the embedded engines (``auto`` is e5), as a fit records it."""
+    return "e5" if settings.embedded.embedder == "auto" else settings.embedded.embedder
