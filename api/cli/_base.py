@@ -17,7 +17,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast, get_args
 
 import typer
 
@@ -64,8 +64,6 @@ def fail(message: str, code: int) -> NoReturn:
 
 def check_engine(engine: str | None) -> EngineName | None:
     """A command's ``--engine``, checked against the engines the settings know; a bad one is one line."""
-    from typing import cast, get_args
-
     from fastslow.router import EngineName
 
     names: tuple[str, ...] = get_args(EngineName)

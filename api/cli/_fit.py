@@ -61,7 +61,7 @@ class FitOptions:
 
 
 def _check(options: FitOptions, samples: tuple[str, ...]) -> Settings:
-    # In this order: a person fixes the first line first, and the tests pin which comes first.
+    # In a fixed order, so that of two mistakes the same one is named every time.
     o = options
     if not o.policy.is_file():
         fail(f"--policy: no such file {o.policy}", EXIT_BAD_INPUT)
