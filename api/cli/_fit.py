@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 __all__ = ["FitOptions", "calibrate_command", "run_fit", "tune_command"]
 
 Fitter = Callable[[Any, "Settings"], Any]
-"""The command's fit: the collected decisions and the settings in, a fit to apply out. (``Any``: the
-collected decisions and the fit are ``fastslow.api._tune``'s types, which load only when a fit runs.)"""
+"""The command's fit: the collected decisions and the settings in, a fit to apply out. (``Any``, as
+before: the command line relies on ``fastslow.api._tune``'s functions only, not on its types.)"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
