@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._compose import Runtime, build_runtime
-
 if TYPE_CHECKING:
+    from ._compose import Runtime, build_runtime
     from ._evaluate import evaluate
     from ._learning import Learner
     from .app import create_app
@@ -23,7 +22,13 @@ __all__ = ["Learner", "Runtime", "build_runtime", "create_app", "evaluate"]
 
 
 def __getattr__(name: str) -> object:
-    # PEP 562: FastAPI and SQLAlchemy load with the HTTP app, not with the runtime.
+    # PEP 562: FastAPI and SQLAlchemy load with the HTTP app, not with the runtime; the engines and
+    # the kernel with the runtime, not with the package, so that the command line (fastslow.api.cli,
+    # which imports this package first) starts without them.
+    if name in ("Runtime", "build_runtime"):
+        from . import _compose
+
+        return getattr(_compose, name)
     if name == "create_app":
         from .app import create_app
 

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from fastslow.api.cli import _decide_lines, app
+from fastslow.api.cli import app
+from fastslow.api.cli._jsonl import decide_lines as _decide_lines
 from fastslow.router import Image, Question, ReadOptions, Settings, State
 from fastslow.router.engine_api import EngineReply
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ._cli_base import EXIT_BAD_INPUT, fail, load_settings, run_store
+from ._base import EXIT_BAD_INPUT, fail, load_settings, run_store
 
 __all__ = ["learned_app"]
 

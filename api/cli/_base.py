@@ -2,7 +2,11 @@
 
 Bad input ends with one line on stderr naming the field, and a non-zero exit: 2 for a bad request
 or configuration, 3 when the engine could not answer, 4 when the decision log's database could not
-be reached or migrated. Never a traceback for a user mistake.
+be reached or migrated, 130 when interrupted. Never a traceback for a user mistake.
+
+Only typer and the standard library load with this module: the kernel, the engines and the database
+layer load inside the functions that need them, when a command runs, so that building the command
+line (``fastslow --help``) stays quick.
 """
 
 from __future__ import annotations
@@ -13,22 +17,28 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast, get_args
 
 import typer
 
-from fastslow.router import ConfigError, EngineName, Settings, get_settings
-
 if TYPE_CHECKING:
-    from .store import DecisionStore
+    from fastslow.api.store import DecisionStore
+    from fastslow.policies import PolicySource
+    from fastslow.router import EngineName, Settings
 
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_ENGINE",
+    "EXIT_INTERRUPTED",
     "EXIT_STORE",
+    "POLICY_OPT",
+    "TASK_OPT",
+    "check_engine",
     "fail",
     "load_settings",
+    "policy_source",
     "run_store",
+    "say_policy",
     "when",
     "write_line",
 ]
@@ -37,6 +47,11 @@ EXIT_BAD_INPUT = 2
 EXIT_ENGINE = 3
 EXIT_STORE = 4
 """The decision log's database could not be reached or migrated."""
+EXIT_INTERRUPTED = 130
+
+# Shared by the commands that read a policy task (calibrate, tune, report drift, report shadow).
+POLICY_OPT = typer.Option("--policy", help="The policy file to fit and rewrite.")
+TASK_OPT = typer.Option("--task", help="The task to fit.")
 
 _T = TypeVar("_T")
 
@@ -47,8 +62,20 @@ def fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
+def check_engine(engine: str | None) -> EngineName | None:
+    """A command's ``--engine``, checked against the engines the settings know; a bad one is one line."""
+    from fastslow.router import EngineName
+
+    names: tuple[str, ...] = get_args(EngineName)
+    if engine is not None and engine not in names:
+        fail(f"--engine: unknown engine {engine!r}; expected one of {', '.join(names)}", EXIT_BAD_INPUT)
+    return cast("EngineName | None", engine)
+
+
 def load_settings(engine: EngineName | None = None, examples: Path | None = None) -> Settings:
     """The settings, with a command's ``--engine`` and ``--examples`` applied; a bad one is one line."""
+    from fastslow.router import get_settings
+
     try:
         settings = get_settings()
     except Exception as exc:  # pydantic's ValidationError: a bad FASTSLOW_* variable or file
@@ -63,8 +90,24 @@ def load_settings(engine: EngineName | None = None, examples: Path | None = None
     return settings.model_copy(update=updates)
 
 
+def policy_source(settings: Settings) -> PolicySource:
+    """The policy file the settings name (or the built-in one); a bad one is one line."""
+    from fastslow.policies import locate_policy
+    from fastslow.router import ConfigError
+
+    try:
+        return locate_policy(settings)
+    except ConfigError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+
+
+def say_policy(source: PolicySource) -> None:
+    # On stderr: stdout stays the command's result, for scripts.
+    sys.stderr.write(f"policy: {source.describe()}\n")
+
+
 async def _with_store(settings: Settings, work: Callable[[DecisionStore], Awaitable[_T]]) -> _T:
-    from .store import DecisionStore, database_url_for
+    from fastslow.api.store import DecisionStore, database_url_for
 
     store = await DecisionStore.open(database_url_for(settings))
     try:
@@ -76,6 +119,8 @@ async def _with_store(settings: Settings, work: Callable[[DecisionStore], Awaita
 def run_store(settings: Settings, work: Callable[[DecisionStore], Awaitable[_T]]) -> _T:
     """Open the decision log (migrating it first), run ``work`` on it, close it; a failure is one line."""
     from sqlalchemy.exc import SQLAlchemyError
+
+    from fastslow.router import ConfigError
 
     try:
         return asyncio.run(_with_store(settings, work))
