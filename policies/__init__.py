@@ -4,9 +4,11 @@
 ``PolicyStore`` keeps the last good policy in force and swaps in valid changes without a restart.
 ``PolicyFile.model_json_schema()`` is the file's JSON Schema, for editors. ``locate_policy``
 says which file a process uses: ``FASTSLOW_POLICY_FILE``, else ``./fastslow-policy.yaml``, else
-the example policy built into the package.
+the example policy built into the package. ``suggest(word, choices)`` is the "did you mean" its
+errors end with, for other code naming a key, task or option.
 """
 
+from ._base import suggest
 from ._convert import NeedsExamples
 from ._load import load_policy, parse_policy, policy_version
 from ._locate import BUILTIN_POLICY, POLICY_FILE_NAME, PolicyOrigin, PolicySource, locate_policy
@@ -27,4 +29,5 @@ __all__ = [
     "locate_policy",
     "parse_policy",
     "policy_version",
+    "suggest",
 ]
