@@ -1,9 +1,11 @@
-"""fastslow: a System-1 / System-2 router for agent graphs.
+"""fastslow: a System-1 / System-2 router for agent graphs. This door is for graph authors.
 
-What an agent author needs is here; each subpackage has its own documented surface:
+What building an agent graph needs is here; each subpackage has its own documented surface:
 
 - ``fastslow.router``: the kernel (questions, answers, decisions, the ``Router``, the LangGraph
-  nodes, errors, settings); ``fastslow.router.engine_api`` is for engine authors.
+  nodes, errors), for policy and graph authors; ``fastslow.router.engine_api`` is for engine
+  authors, ``fastslow.router.settings`` holds every setting, ``fastslow.router.graph_api`` is for
+  graph integrations beyond the ready nodes.
 - ``fastslow.engines``: System-1 engines (embedded CPU engine, Jev wire client, ...) and System 2.
 - ``fastslow.policies``: policy files (YAML tasks and thresholds) with hot reload.
 - ``fastslow.graphs``: ready agent graphs.

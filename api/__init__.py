@@ -5,7 +5,8 @@
 when asked for); ``evaluate(data, out_dir, settings=...)`` runs an evaluation file through the
 engines and the router and writes its report (``fastslow eval``); ``Learner`` learns from
 escalations into the decision log (``docs/learning.md``); ``fastslow.api.cli`` is the ``fastslow``
-command.
+command. ``Server(server_config(app, settings))`` runs an ASGI app under the guarded uvicorn server
+``fastslow serve`` uses, for benchmarks that measure an app of their own under it.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ if TYPE_CHECKING:
     from ._compose import Runtime, build_runtime
     from ._evaluate import evaluate
     from ._learning import Learner
+    from ._server import Server, server_config
     from .app import create_app
 
-__all__ = ["Learner", "Runtime", "build_runtime", "create_app", "evaluate"]
+__all__ = ["Learner", "Runtime", "Server", "build_runtime", "create_app", "evaluate", "server_config"]
 
 
 def __getattr__(name: str) -> object:
@@ -41,4 +43,8 @@ def __getattr__(name: str) -> object:
         from ._learning import Learner
 
         return Learner
+    if name in ("Server", "server_config"):
+        from . import _server
+
+        return getattr(_server, name)
     raise AttributeError(f"module 'fastslow.api' has no attribute {name!r}")

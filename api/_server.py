@@ -39,7 +39,8 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
-from fastslow.router import ServerSettings, Settings
+from fastslow.router import Settings
+from fastslow.router.settings import ServerSettings
 
 from .app import ErrorBody, ErrorDetail
 

@@ -80,9 +80,9 @@ def bare_app(body: bytes) -> FastAPI:
 
 def _switchable() -> None:
     """Batching while ``SIGUSR2`` came last (or no signal), the bare model after ``SIGUSR1``."""
-    from fastslow.engines.embedded import _batching
+    from fastslow.engines.embedded import BatchingEmbedder
 
-    batched = _batching.BatchingEmbedder.embed
+    batched = BatchingEmbedder.embed
     state = {"on": True}
 
     def embed(self: Any, texts: Any, *, stop: Any = None) -> Any:
@@ -90,7 +90,7 @@ def _switchable() -> None:
             return batched(self, texts, stop=stop)
         return self.inner.embed(texts, stop=stop)
 
-    _batching.BatchingEmbedder.embed = embed  # type: ignore[method-assign]
+    BatchingEmbedder.embed = embed  # type: ignore[method-assign]
     signal.signal(signal.SIGUSR1, lambda *_: state.update(on=False))
     signal.signal(signal.SIGUSR2, lambda *_: state.update(on=True))
 
@@ -100,7 +100,7 @@ def encoder_scaling(sizes: tuple[int, ...] = (1, 4, 16, 32), repeats: int = 3) -
     import statistics
     import time
 
-    from fastslow.engines.embedded._embedders import load_embedder
+    from fastslow.engines.embedded import load_embedder
 
     embedder = load_embedder()
     out: dict[str, float] = {}
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         uvicorn.run(stub_app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
         return 0
     if args.kind == "bare":
-        from fastslow.api._server import Server, server_config
+        from fastslow.api import Server, server_config
         from fastslow.router import Settings
 
         config = server_config(bare_app(args.body.read_bytes()), Settings(), port=args.port, log_level="warning")

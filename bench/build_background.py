@@ -11,8 +11,8 @@ import json
 import logging
 import time
 
-from fastslow.engines.embedded._background import BACKGROUND_DIR, background_units, build
-from fastslow.engines.embedded._embedders import load_embedder, minilm_available
+from fastslow.engines.embedded import load_embedder, minilm_available
+from fastslow.engines.embedded.tools import BACKGROUND_DIR, background_units, build_background
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "minilm" and not minilm_available():
             continue
         started = time.monotonic()
-        path = build(load_embedder(name))
+        path = build_background(load_embedder(name))
         built[name] = {
             "file": str(path.relative_to(BACKGROUND_DIR.parent)),
             "seconds": round(time.monotonic() - started, 1),

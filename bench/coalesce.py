@@ -32,8 +32,9 @@ from typing import Any
 import httpx2
 
 from fastslow.engines.jev import JevEngine
-from fastslow.router import ClassifyTask, CoalesceSettings, JevSettings, Noul, PolicySet, Router
+from fastslow.router import ClassifyTask, Noul, PolicySet, Router
 from fastslow.router.engine_api import ChatEngine, CoalescingEngine, DecisionEngine
+from fastslow.router.settings import CoalesceSettings, JevSettings
 
 OUT = Path(__file__).parent / "out" / "coalesce"
 CALLERS = 64

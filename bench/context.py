@@ -43,7 +43,8 @@ import yaml  # noqa: E402
 from langchain_core.messages import BaseMessage, HumanMessage  # noqa: E402
 
 from fastslow.api import build_runtime  # noqa: E402
-from fastslow.router import Router, Settings, System2Settings  # noqa: E402
+from fastslow.router import Router, Settings  # noqa: E402
+from fastslow.router.settings import System2Settings  # noqa: E402
 
 from _data import Task, clinc_domains, data_dir, log, wilson, xstest  # noqa: E402
 

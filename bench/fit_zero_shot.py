@@ -62,14 +62,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fastslow.engines.embedded import EmbeddedEngine, SparrowEngine, load_embedder
-from fastslow.engines.embedded._common import as_text
-from fastslow.engines.embedded._reading import ends, squash
-from fastslow.engines.embedded._zero_shot import (
+from fastslow.engines.embedded.tools import (
     CALIBRATION_FILE,
     FORMAT,
     ZeroShotCalibration,
     ZeroShotCalibrations,
+    as_text,
+    ends,
     load_zero_shot_calibrations,
+    squash,
 )
 from fastslow.policies.evaluation import auroc, brier, convert, ece, log_loss, read_rows
 from fastslow.router import Choice, Noul, Question, State

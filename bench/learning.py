@@ -42,15 +42,16 @@ import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 from langchain_core.messages import BaseMessage, HumanMessage  # noqa: E402
 
-from fastslow.api._learning import Learner  # noqa: E402
+from fastslow.api import Learner  # noqa: E402
 from fastslow.api.store import DecisionStore  # noqa: E402
 from fastslow.engines import EnginePool  # noqa: E402
 from fastslow.engines.embedded import EmbeddedModels  # noqa: E402
-from fastslow.engines.embedded._reading import ends, squash  # noqa: E402
+from fastslow.engines.embedded.tools import ends, squash  # noqa: E402
 from fastslow.policies import load_policy  # noqa: E402
 from fastslow.policies.tuning import Labelled, TooFewLabels, kept_answer, tune_thresholds  # noqa: E402
-from fastslow.router import EmbeddedSettings, PolicySet, Router, RouteTask, Settings, Thresholds  # noqa: E402
+from fastslow.router import PolicySet, Router, RouteTask, Settings, Thresholds  # noqa: E402
 from fastslow.router.engine_api import ChatResult  # noqa: E402
+from fastslow.router.settings import EmbeddedSettings  # noqa: E402
 
 from _data import Bench, log, read_jsonl, wilson  # noqa: E402
 

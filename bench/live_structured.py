@@ -27,7 +27,8 @@ from typing import Any, Literal, get_args
 from pydantic import SecretStr
 
 from fastslow.engines.jev import JevEngine
-from fastslow.router import Choice, EngineError, JevProfileName, JevSettings, Noul, Question, ReadOptions, Score
+from fastslow.router import Choice, EngineError, Noul, Question, ReadOptions, Score
+from fastslow.router.settings import JevProfileName, JevSettings
 
 TICKETS = [
     "I was charged twice for my subscription this month. Please refund one of the charges.",

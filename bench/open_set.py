@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from fastslow.engines.embedded import EmbeddingCache, fit_head, load_embedder
-from fastslow.engines.embedded._background import load_background
+from fastslow.engines.embedded import EmbeddingCache, fit_head, load_background, load_embedder
 
 F = NDArray[np.float64]
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

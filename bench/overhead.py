@@ -61,7 +61,8 @@ from langchain_core.messages import HumanMessage
 from langgraph.graph import END, START, StateGraph
 
 from fastslow.engines.jev import JevEngine
-from fastslow.router import JevSettings, PolicySet, Route, Router, RouteTask, Thresholds, route_edge, router_node
+from fastslow.router import PolicySet, Route, Router, RouteTask, Thresholds, route_edge, router_node
+from fastslow.router.settings import JevSettings
 
 REPO = Path(__file__).resolve().parent.parent
 ROUTES = ("billing", "technical", "account")

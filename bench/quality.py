@@ -56,7 +56,8 @@ import yaml  # noqa: E402
 
 from fastslow.api import build_runtime, evaluate  # noqa: E402
 from fastslow.policies.evaluation import Prediction, percentiles, read_predictions, read_run  # noqa: E402
-from fastslow.router import EmbeddedSettings, Router, Settings, System2Settings  # noqa: E402
+from fastslow.router import Router, Settings  # noqa: E402
+from fastslow.router.settings import EmbeddedSettings, System2Settings  # noqa: E402
 
 from _data import Bench, log, read_jsonl, wilson, write_jsonl  # noqa: E402
 

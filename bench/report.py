@@ -44,7 +44,8 @@ from typing import Any  # noqa: E402
 import quality  # noqa: E402
 
 from fastslow.api import evaluate  # noqa: E402
-from fastslow.router import EmbeddedSettings, EngineName, Settings  # noqa: E402
+from fastslow.router import EngineName, Settings  # noqa: E402
+from fastslow.router.settings import EmbeddedSettings  # noqa: E402
 
 from _data import Bench as DataBench  # noqa: E402
 from _data import log as _log  # noqa: E402

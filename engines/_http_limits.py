@@ -23,8 +23,9 @@ from typing import Any
 
 import httpx2
 
-from fastslow.router import EngineProtocolError, LimitsSettings
+from fastslow.router import EngineProtocolError
 from fastslow.router.engine_api import Deadline
+from fastslow.router.settings import LimitsSettings
 
 __all__ = [
     "DEFAULT_MAX_REPLY_BYTES",

@@ -29,25 +29,16 @@ import httpx2
 from openai.types import Completion, CompletionUsage
 from openai.types.chat import ChatCompletion
 
-from fastslow.router import (
-    Answer,
-    Choice,
-    EngineProtocolError,
-    Image,
-    LogprobSettings,
-    Noul,
-    Question,
-    ReadOptions,
-    Signals,
-    State,
-)
+from fastslow.router import Answer, Choice, EngineProtocolError, Image, Noul, Question, ReadOptions, State
 from fastslow.router.engine_api import (
     Deadline,
     EngineLimits,
     EngineReply,
+    Signals,
     Usage,
     gather_all,
 )
+from fastslow.router.settings import LogprobSettings
 
 from ._http_limits import DEFAULT_MAX_REPLY_BYTES
 from ._openai_sdk import OpenAISdkDecisionEngine

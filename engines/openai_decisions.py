@@ -30,7 +30,6 @@ from fastslow.router import (
     Image,
     NoAnswer,
     Noul,
-    OpenAIDecisionsSettings,
     Question,
     ReadOptions,
     Score,
@@ -43,6 +42,7 @@ from fastslow.router.engine_api import (
     Usage,
     normalise_distribution,
 )
+from fastslow.router.settings import OpenAIDecisionsSettings
 
 from ._http_limits import DEFAULT_MAX_REPLY_BYTES
 from ._openai_sdk import OpenAISdkDecisionEngine

@@ -4,8 +4,8 @@
 ``PolicyStore`` keeps the last good policy in force and swaps in valid changes without a restart.
 ``PolicyFile.model_json_schema()`` is the file's JSON Schema, for editors. ``locate_policy``
 says which file a process uses: ``FASTSLOW_POLICY_FILE``, else ``./fastslow-policy.yaml``, else
-the example policy built into the package. ``suggest(word, choices)`` is the "did you mean"
-hint of the policy errors, for other code that checks a name against a list (the command line).
+the example policy built into the package. ``suggest(word, choices)`` is the "did you mean" its
+errors end with, for other code naming a key, task or option.
 """
 
 from ._base import suggest

@@ -1,8 +1,17 @@
 """fastslow's kernel: typed questions and answers, decisions, the ``Router`` and its LangGraph nodes.
 
-This is the surface for agent and policy authors. What only engine authors need (the
-``DecisionEngine`` protocol, request splitting, deadlines, the Jev wire helpers, the System-2
-``ChatEngine`` protocol) is in ``fastslow.router.engine_api``.
+This is the surface for policy and graph authors: question, answer and decision types, tasks and
+thresholds, the ``Router`` and its nodes, the errors, and ``Settings`` / ``get_settings``. The
+other audiences have doors of their own:
+
+- engine authors: ``fastslow.router.engine_api`` (the ``DecisionEngine`` and ``ChatEngine``
+  protocols, request splitting, deadlines, and every kernel type an engine takes or gives);
+- operators' settings: ``fastslow.router.settings`` (every settings block, ``JevSettings``,
+  ``LimitsSettings``, ...);
+- graph integrations beyond the ready nodes: ``fastslow.router.graph_api``.
+
+A name that moved to one of them from here is still given here for one release, with a
+``DeprecationWarning`` naming its new home.
 
 ``fastslow.router`` imports none of its sibling packages; ``fastslow.engines`` and
 ``fastslow.policies`` build on it.
@@ -25,7 +34,12 @@ upstream's body, an internal URL): decisions and API responses carry that; the t
 ``request_scope`` gives a request one deadline (and a tenant) that every stage honours.
 """
 
-from ._answers import Answer, NoAnswer, Signals
+from __future__ import annotations
+
+import importlib
+import warnings
+
+from ._answers import Answer, NoAnswer
 from ._calibration import Calibration, ConfidenceMap, Isotonic, Platt, calibrate
 from ._chat import ToolCall
 from ._decisions import (
@@ -58,24 +72,10 @@ from ._nodes import classify_node, policy_gate_node, route_edge, router_node
 from ._poll import polling
 from ._questions import Choice, Image, Noul, Question, QuestionKind, Score, State
 from ._router import ChatSource, CheckResult, DecisionSink, EngineSource, Incumbent, Router
-from ._settings import (
-    BreakerSettings,
-    CoalesceSettings,
-    EmbeddedSettings,
-    EngineName,
-    JevProfileName,
-    JevSettings,
-    LearningSettings,
-    LimitsSettings,
-    LogprobSettings,
-    ModelPrice,
-    OpenAIDecisionsSettings,
-    ServerSettings,
-    Settings,
-    StoreSettings,
-    System2Settings,
-    get_settings,
-)
+
+# ModelPrice's home is fastslow.router.settings; it stays here too while the tuning code reads it
+# from here (issue 28 moves that code).
+from ._settings import EngineName, ModelPrice, Settings, get_settings
 from ._tasks import (
     CheckTask,
     ClassifyTask,
@@ -92,11 +92,10 @@ from ._tasks import (
     Task,
     TaskCommon,
 )
-from ._work import Overloaded, budget_s, current_deadline, current_tenant, request_scope
+from ._work import Overloaded, request_scope
 
 __all__ = [
     "Answer",
-    "BreakerSettings",
     "Calibration",
     "ChatSource",
     "CheckAction",
@@ -104,13 +103,11 @@ __all__ = [
     "CheckTask",
     "Choice",
     "ClassifyTask",
-    "CoalesceSettings",
     "ConfidenceMap",
     "ConfigError",
     "Decision",
     "DecisionSink",
     "Egress",
-    "EmbeddedSettings",
     "EngineError",
     "EngineFailure",
     "EngineHTTPError",
@@ -125,17 +122,11 @@ __all__ = [
     "Incumbent",
     "InvalidRequest",
     "Isotonic",
-    "JevProfileName",
-    "JevSettings",
     "Learn",
-    "LearningSettings",
-    "LimitsSettings",
-    "LogprobSettings",
     "ModelPrice",
     "NoAnswer",
     "Noul",
     "OnFailure",
-    "OpenAIDecisionsSettings",
     "OpenEnded",
     "Overloaded",
     "Platt",
@@ -150,25 +141,18 @@ __all__ = [
     "Router",
     "Rule",
     "Score",
-    "ServerSettings",
     "Settings",
-    "Signals",
     "State",
     "Sticky",
-    "StoreSettings",
     "System",
-    "System2Settings",
     "Task",
     "TaskCommon",
     "Thresholds",
     "ToolCall",
     "Verdict",
     "audited",
-    "budget_s",
     "calibrate",
     "classify_node",
-    "current_deadline",
-    "current_tenant",
     "decide_answer",
     "decide_check",
     "escalated_by_system2",
@@ -180,3 +164,38 @@ __all__ = [
     "route_edge",
     "router_node",
 ]
+
+# Moved to the door of their audience; given here until the release after 0.1, with a warning.
+_MOVED = {
+    **dict.fromkeys(
+        (
+            "BreakerSettings",
+            "CoalesceSettings",
+            "EmbeddedSettings",
+            "JevProfileName",
+            "JevSettings",
+            "LearningSettings",
+            "LimitsSettings",
+            "LogprobSettings",
+            "OpenAIDecisionsSettings",
+            "ServerSettings",
+            "StoreSettings",
+            "System2Settings",
+        ),
+        "fastslow.router.settings",
+    ),
+    **dict.fromkeys(("Signals", "budget_s", "current_deadline", "current_tenant"), "fastslow.router.engine_api"),
+}
+
+
+def __getattr__(name: str) -> object:
+    # PEP 562: only names missing from the module come here, so the current names cost nothing.
+    home = _MOVED.get(name)
+    if home is None:
+        raise AttributeError(f"module 'fastslow.router' has no attribute {name!r}")
+    warnings.warn(
+        f"fastslow.router.{name} is deprecated and will be removed in the next release: import it from {home}",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(home), name)

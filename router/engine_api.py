@@ -13,14 +13,16 @@ tells a retry loop to stop once it opened), and ``FallbackEngine`` / ``FallbackC
 chain of engines in order within one deadline. Blocking work runs
 through ``run_blocking`` in bounded steps that check a ``StopToken``; ``FairLock`` shares a model
 between tenants step by step. A System-2 engine
-implements ``ChatEngine``. The question, answer, setting and error types come from
-``fastslow.router``.
+implements ``ChatEngine``. The kernel's types an engine takes or gives (questions, answers,
+``ReadOptions``, ``Signals``, tasks, errors) and the request's deadline and tenant
+(``budget_s``, ``current_deadline``, ``current_tenant``) are here too; settings blocks are in
+``fastslow.router.settings``.
 
 User text reaches an engine only after ``neutralise``; model thoughts never leave an engine
 (``strip_thoughts``).
 """
 
-from ._answers import EngineReply, Usage, normalise_distribution
+from ._answers import Answer, EngineReply, NoAnswer, Signals, Usage, normalise_distribution
 from ._breaker import (
     BreakerChatEngine,
     BreakerEngine,
@@ -32,13 +34,31 @@ from ._breaker import (
     failure_log_level,
     may_retry,
 )
-from ._chat import THOUGHT_TASK, ChatEngine, ChatResult, ToolOutcome, ToolRunner, ToolSpec, ToolStep
+from ._chat import THOUGHT_TASK, ChatEngine, ChatResult, ToolCall, ToolOutcome, ToolRunner, ToolSpec, ToolStep
 from ._coalesce import CoalescingEngine
-from ._engine import DecisionEngine, EngineLimits, SyncDecisionEngine
+from ._engine import DecisionEngine, EngineLimits, ReadOptions, SyncDecisionEngine
+from ._errors import (
+    ConfigError,
+    EngineError,
+    EngineHTTPError,
+    EngineProtocolError,
+    EngineTimeout,
+    EngineUnavailable,
+    FastslowError,
+    InvalidRequest,
+    failure_summary,
+)
 from ._fallback import FallbackChatEngine, FallbackEngine
 from ._questions import (
     MAX_STATE_CHARS,
     NOUL_OPTIONS,
+    Choice,
+    Image,
+    Noul,
+    Question,
+    QuestionKind,
+    Score,
+    State,
     question_from_wire,
     question_to_wire,
     questions_from_wire,
@@ -46,9 +66,22 @@ from ._questions import (
 )
 from ._sanitize import CONTROL_STRINGS, neutralise, neutralise_text, strip_thoughts
 from ._split import AskFn, SyncAskFn, ask_whole_sync, split_and_ask
+from ._tasks import ClassifyTask, Examples, PolicySet, RouteTask, TaskCommon
 from ._timing import Deadline
 from ._wire import SystemOneRequest, parse_systemone_request, render_systemone_reply
-from ._work import Abandoned, FairGate, FairLock, StopToken, gather_all, run_blocking
+from ._work import (
+    Abandoned,
+    FairGate,
+    FairLock,
+    Overloaded,
+    StopToken,
+    budget_s,
+    current_deadline,
+    current_tenant,
+    gather_all,
+    request_scope,
+    run_blocking,
+)
 
 __all__ = [
     "CONTROL_STRINGS",
@@ -56,6 +89,7 @@ __all__ = [
     "NOUL_OPTIONS",
     "THOUGHT_TASK",
     "Abandoned",
+    "Answer",
     "AskFn",
     "BreakerChatEngine",
     "BreakerEngine",
@@ -63,29 +97,58 @@ __all__ = [
     "BreakerState",
     "ChatEngine",
     "ChatResult",
+    "Choice",
     "CircuitBreaker",
     "CircuitOpen",
+    "ClassifyTask",
     "CoalescingEngine",
+    "ConfigError",
     "Deadline",
     "DecisionEngine",
+    "EngineError",
+    "EngineHTTPError",
     "EngineLimits",
+    "EngineProtocolError",
     "EngineReply",
+    "EngineTimeout",
+    "EngineUnavailable",
+    "Examples",
     "FairGate",
     "FairLock",
     "FallbackChatEngine",
     "FallbackEngine",
+    "FastslowError",
+    "Image",
+    "InvalidRequest",
+    "NoAnswer",
+    "Noul",
+    "Overloaded",
+    "PolicySet",
+    "Question",
+    "QuestionKind",
+    "ReadOptions",
+    "RouteTask",
+    "Score",
+    "Signals",
+    "State",
     "StopToken",
     "SyncAskFn",
     "SyncDecisionEngine",
     "SystemOneRequest",
+    "TaskCommon",
+    "ToolCall",
     "ToolOutcome",
     "ToolRunner",
     "ToolSpec",
     "ToolStep",
     "Usage",
     "ask_whole_sync",
+    "budget_s",
     "counts_as_failure",
+    "current_deadline",
+    "current_tenant",
     "failure_log_level",
+    "failure_summary",
     "gather_all",
     "may_retry",
     "neutralise",
@@ -96,6 +159,7 @@ __all__ = [
     "question_to_wire",
     "questions_from_wire",
     "render_systemone_reply",
+    "request_scope",
     "run_blocking",
     "split_and_ask",
     "strip_thoughts",

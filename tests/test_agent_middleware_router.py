@@ -34,7 +34,8 @@ from fastslow.graphs.middleware import (
     without_thoughts,
 )
 from fastslow.policies import parse_policy
-from fastslow.router import ConfigError, Router, System2Settings
+from fastslow.router import ConfigError, Router
+from fastslow.router.settings import System2Settings
 
 from fakes.canary import CANARY, INLINE_FORMS, ThinkingChat
 from fakes.chat_models import Answered, ScriptedChatModel, call, counted_router, keyword_script

@@ -20,11 +20,10 @@ from fastslow.router import (
     EngineProtocolError,
     EngineTimeout,
     EngineUnavailable,
-    ModelPrice,
-    System2Settings,
     ToolCall,
 )
 from fastslow.router.engine_api import ChatEngine, ToolOutcome, ToolSpec, ToolStep
+from fastslow.router.settings import ModelPrice, System2Settings
 
 from fakes.anthropic_server import Reply, answer, anthropic_server, error, refusal, text, tool_use
 

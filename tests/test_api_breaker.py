@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastslow.router import BreakerSettings, JevSettings
+from fastslow.router.settings import BreakerSettings, JevSettings
 
 from fakes.api_server import api_client, running_api, test_settings
 from fakes.jev_server import Reply, running_jev_server

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from pydantic import SecretStr
 
-from fastslow.router import System2Settings
+from fastslow.router.settings import System2Settings
 
 from fakes.api_server import SEEN_RESPONSES, api_client, new_key, running_api, test_settings
 from fakes.canary import CANARY, ThinkingChat, ThinkingJevServer

@@ -18,7 +18,7 @@ import zstandard
 
 from fastslow.api.app import RateLimit
 from fastslow.api.store import DecisionStore, database_url_for
-from fastslow.router import JevSettings
+from fastslow.router.settings import JevSettings
 
 from fakes.api_server import RunningApi, api_client, create_key, new_key, running_api, test_settings
 

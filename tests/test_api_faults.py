@@ -37,7 +37,7 @@ import httpx2
 import pytest
 import yaml
 
-from fastslow.router import BreakerSettings, JevSettings, LimitsSettings
+from fastslow.router.settings import BreakerSettings, JevSettings, LimitsSettings
 
 from fakes.api_server import EXAMPLE_POLICY, api_client, running_api, test_settings
 from fakes.jev_server import LONG_NOUL, Fault, JevFakeServer, running_jev_server

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fastslow.router import JevSettings
+from fastslow.router.settings import JevSettings
 
 from fakes.api_server import api_client, running_api, test_settings
 from fakes.jev_server import Reply, running_jev_server

@@ -29,7 +29,8 @@ import uvicorn
 from fastslow.api._server import server_config
 from fastslow.api.app import RateLimit, create_app
 from fastslow.api.store import DecisionStore, database_url_for
-from fastslow.router import ServerSettings, Settings
+from fastslow.router import Settings
+from fastslow.router.settings import ServerSettings
 
 from fakes.api_server import (
     REPO,

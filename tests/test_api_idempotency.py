@@ -33,7 +33,8 @@ from fastslow.api.store import (
     upgrade,
 )
 from fastslow.api.store._engine import VERSION_TABLE, alembic_config, sync_url
-from fastslow.router import Decision, JevSettings, Settings, StoreSettings, System2Settings
+from fastslow.router import Decision, Settings
+from fastslow.router.settings import JevSettings, StoreSettings, System2Settings
 
 from fakes.api_server import RunningApi, api_client, new_key, running_api, test_policy, test_settings
 from fakes.databases import database_url, postgres_schema_url  # noqa: F401  (fixtures)

@@ -19,7 +19,7 @@ import pytest
 import yaml
 import zstandard
 
-from fastslow.router import JevSettings, LimitsSettings
+from fastslow.router.settings import JevSettings, LimitsSettings
 
 from fakes.api_server import RunningApi, api_client, create_key, running_api, test_policy, test_settings
 from fakes.databases import postgres_schema_url  # noqa: F401  (fixture)

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from fastslow.policies import PolicyStore, load_policy
-from fastslow.router import BreakerSettings, JevSettings, System2Settings
+from fastslow.router.settings import BreakerSettings, JevSettings, System2Settings
 
 from fakes.api_server import api_client, running_api, test_policy, test_settings
 from fakes.jev_server import running_jev_server

@@ -12,7 +12,7 @@ import yaml
 from pydantic import SecretStr
 
 from fastslow.api.store import DecisionStore, database_url_for
-from fastslow.router import System2Settings
+from fastslow.router.settings import System2Settings
 
 from fakes.api_server import SEEN_RESPONSES, api_client, new_key, running_api, test_policy, test_settings
 from fakes.openai_server import openai_server, structured

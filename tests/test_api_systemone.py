@@ -27,7 +27,7 @@ from typesafe_sdk import (
     TypeSafeUnprocessableEntityError,
 )
 
-from fastslow.router import JevSettings
+from fastslow.router.settings import JevSettings
 
 from fakes.api_server import RunningApi, api_client, create_key, running_api, sdk_http_client, test_settings
 from fakes.jev_server import running_jev_server

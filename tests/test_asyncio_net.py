@@ -15,7 +15,7 @@ import pytest
 
 from fastslow.engines._asyncio_net import AsyncioBackend, fast_transport
 from fastslow.engines.jev import JevEngine
-from fastslow.router import JevSettings
+from fastslow.router.settings import JevSettings
 
 LIMITS = httpx2.Limits(max_connections=4, max_keepalive_connections=4, keepalive_expiry=30.0)
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

@@ -19,7 +19,6 @@ from fastslow.router import (
     EngineTimeout,
     EngineUnavailable,
     InvalidRequest,
-    JevSettings,
     Noul,
     Question,
     State,
@@ -36,6 +35,7 @@ from fastslow.router.engine_api import (
     counts_as_failure,
     may_retry,
 )
+from fastslow.router.settings import JevSettings
 
 from fakes.jev_server import JevFakeServer, Reply, running_jev_server
 from fakes.scripted import ScriptedChat, ScriptedEngine, SyncScriptedEngine

@@ -17,10 +17,11 @@ import pytest
 from langchain_core.messages import BaseMessage
 
 from fastslow.engines.jev import JevEngine
-from fastslow.router import JevSettings, Noul, ReadOptions
+from fastslow.router import Noul, ReadOptions
 from fastslow.router._escalate import ask_system2
 from fastslow.router._fallback import FallbackChatEngine
 from fastslow.router.engine_api import BreakerChatEngine, BreakerEngine, ChatResult, CircuitBreaker, ToolSpec
+from fastslow.router.settings import JevSettings
 
 from fakes.jev_server import running_jev_server
 from fakes.scripted import ScriptedChat

@@ -18,11 +18,10 @@ from fastslow.router import (
     EngineProtocolError,
     EngineTimeout,
     EngineUnavailable,
-    ModelPrice,
-    System2Settings,
     ToolCall,
 )
 from fastslow.router.engine_api import BreakerChatEngine, ChatEngine, ToolOutcome, ToolSpec
+from fastslow.router.settings import ModelPrice, System2Settings
 
 from fakes.openai_server import Reply, error, openai_server, structured, text, tool_calls
 

@@ -19,12 +19,9 @@ from fastslow.router import (
     Answer,
     Choice,
     ClassifyTask,
-    CoalesceSettings,
     EngineTimeout,
     EngineUnavailable,
     Image,
-    JevSettings,
-    LimitsSettings,
     Noul,
     PolicySet,
     Question,
@@ -38,6 +35,7 @@ from fastslow.router import (
 )
 from fastslow.router._answer_cache import AnswerCache
 from fastslow.router.engine_api import BreakerEngine, CoalescingEngine, EngineLimits, EngineReply, Usage
+from fastslow.router.settings import CoalesceSettings, JevSettings, LimitsSettings
 
 
 def _probs(state: State, name: str, question: Question) -> dict[str, float]:

@@ -25,17 +25,8 @@ from sqlalchemy import func, select
 from fastslow.api.store import DecisionStore, database_url_for
 from fastslow.api.store._models import DecisionRow
 from fastslow.engines.embedded import E5Embedder, EmbeddedEngine
-from fastslow.router import (
-    Choice,
-    EmbeddedSettings,
-    EngineTimeout,
-    JevSettings,
-    LimitsSettings,
-    Noul,
-    ReadOptions,
-    Settings,
-    request_scope,
-)
+from fastslow.router import Choice, EngineTimeout, Noul, ReadOptions, Settings, request_scope
+from fastslow.router.settings import EmbeddedSettings, JevSettings, LimitsSettings
 
 from fakes.api_server import EXAMPLE_POLICY, RunningApi, api_client, running_api, test_settings
 from fakes.slow_server import Mode, running_slow_server

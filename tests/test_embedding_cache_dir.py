@@ -8,7 +8,8 @@ import pytest
 
 from fastslow.engines import EngineBuild, EnginePool, build_engine
 from fastslow.engines.embedded import EmbeddedModels, default_cache_dir, minilm_available
-from fastslow.router import EmbeddedSettings, PolicySet, Route, RouteTask, Settings, get_settings
+from fastslow.router import PolicySet, Route, RouteTask, Settings, get_settings
+from fastslow.router.settings import EmbeddedSettings
 
 EXAMPLES = (
     "questions:\n  mood:\n    examples: {happy: [what a great day, I love it], sad: [this is awful, I miss her]}\n"

@@ -23,18 +23,9 @@ from fastslow.engines import build_engine
 from fastslow.engines.jev import JevEngine
 from fastslow.engines.logprob import LogprobEngine
 from fastslow.engines.openai_decisions import OpenAIDecisionsEngine
-from fastslow.router import (
-    Answer,
-    EngineProtocolError,
-    EngineTimeout,
-    JevSettings,
-    LimitsSettings,
-    LogprobSettings,
-    Noul,
-    OpenAIDecisionsSettings,
-    Settings,
-)
+from fastslow.router import Answer, EngineProtocolError, EngineTimeout, Noul, Settings
 from fastslow.router.engine_api import DecisionEngine
+from fastslow.router.settings import JevSettings, LimitsSettings, LogprobSettings, OpenAIDecisionsSettings
 
 from fakes.jev_replies import JEV_REPLY
 from fakes.openai_fakes import FakeCompletionServer, FakeDecisionsServer

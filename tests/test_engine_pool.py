@@ -9,16 +9,9 @@ import pytest
 from fastslow.engines import ENGINES, EnginePool, build_engine, examples_for
 from fastslow.engines.embedded import EmbeddedEngine, EmbeddedModels, ExampleEngine, SparrowEngine
 from fastslow.engines.jev import JevEngine
-from fastslow.router import (
-    ConfigError,
-    EmbeddedSettings,
-    JevSettings,
-    PolicySet,
-    Route,
-    RouteTask,
-    Settings,
-)
+from fastslow.router import ConfigError, PolicySet, Route, RouteTask, Settings
 from fastslow.router.engine_api import BreakerEngine, CoalescingEngine, DecisionEngine
+from fastslow.router.settings import EmbeddedSettings, JevSettings
 
 ROUTES = {
     "billing": Route(name="billing", description="Money", examples=("I was charged twice", "refund my order")),

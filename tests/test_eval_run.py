@@ -22,7 +22,8 @@ from fastslow.api._evaluate import evaluate, headline
 from fastslow.api.cli import app
 from fastslow.policies.evaluation import Prediction, read_predictions, read_run
 from fastslow.policies.evaluation import write_prediction as real_write
-from fastslow.router import ConfigError, EmbeddedSettings, Settings
+from fastslow.router import ConfigError, Settings
+from fastslow.router.settings import EmbeddedSettings
 
 runner = CliRunner()
 

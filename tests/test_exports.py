@@ -6,6 +6,7 @@ import ast
 import importlib
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import get_args
 
@@ -20,9 +21,12 @@ PACKAGES = [
     "fastslow",
     "fastslow.router",
     "fastslow.router.engine_api",
+    "fastslow.router.graph_api",
+    "fastslow.router.settings",
     "fastslow.engines",
     "fastslow.engines.chat",
     "fastslow.engines.embedded",
+    "fastslow.engines.embedded.tools",
     "fastslow.engines.jev",
     "fastslow.policies",
     "fastslow.policies.evaluation",
@@ -32,6 +36,15 @@ PACKAGES = [
     "fastslow.api.store",
 ]
 BARE = ("router", "engines", "policies", "graphs", "api")
+DOORS = {
+    # Each door's docstring names its audience in its opening paragraphs.
+    "fastslow": "graph authors",
+    "fastslow.router": "policy and graph authors",
+    "fastslow.router.engine_api": "engine authors",
+    "fastslow.router.settings": "operators",
+    "fastslow.router.graph_api": "authors of graph integrations",
+    "fastslow.engines.embedded.tools": "offline scripts",
+}
 
 
 def _isort_key(name: str) -> tuple[int, str]:
@@ -88,6 +101,72 @@ def test_the_root_gives_what_an_agent_author_needs() -> None:
         _ = fastslow.nope  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize(("door", "audience"), DOORS.items())
+def test_each_door_says_who_it_is_for(door: str, audience: str) -> None:
+    doc = importlib.import_module(door).__doc__ or ""
+    opening = " ".join(" ".join(doc.split("\n\n")[:2]).split()).lower()
+    assert audience in opening, f"{door}'s docstring does not say it is for {audience}"
+
+
+def _moved() -> dict[str, str]:
+    return fastslow.router._MOVED
+
+
+@pytest.mark.parametrize("name", sorted(_moved()))
+def test_a_name_that_left_the_router_warns_and_is_the_same_object(name: str) -> None:
+    home = _moved()[name]
+    assert name not in fastslow.router.__all__ and name in importlib.import_module(home).__all__
+    with pytest.warns(DeprecationWarning, match=f"fastslow.router.{name} is deprecated.*import it from {home}$"):
+        value = getattr(fastslow.router, name)
+    assert value is getattr(importlib.import_module(home), name)
+
+
+def test_an_import_statement_of_a_moved_name_warns_too() -> None:
+    from fastslow.router.settings import JevSettings as current
+
+    with pytest.warns(DeprecationWarning, match="fastslow.router.settings"):
+        from fastslow.router import JevSettings
+    assert JevSettings is current
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from fastslow.router import Settings  # a name that stayed: no warning
+
+    assert Settings is fastslow.router.settings.Settings
+    with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
+        _ = fastslow.router.Nope
+
+
+def _engines_imports() -> dict[str, set[str]]:
+    # What engines/ imports from the kernel, by module: fastslow.router and its public modules.
+    found: dict[str, set[str]] = {}
+    for path in (REPO / "engines").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fastslow.router"):
+                found.setdefault(node.module or "", set()).update(alias.name for alias in node.names)
+    return found
+
+
+def test_the_engine_api_gives_everything_the_shipped_engines_take_from_the_kernel() -> None:
+    # Engines read settings from the settings door, and everything else is in the engine API, so a
+    # third-party engine needs no other door.
+    from fastslow.router import engine_api, settings
+
+    imports = _engines_imports()
+    assert set(imports) <= {"fastslow.router", "fastslow.router.engine_api", "fastslow.router.settings"}
+    missing = imports["fastslow.router"] - set(engine_api.__all__) - set(settings.__all__)
+    assert not missing, f"engines/ takes {sorted(missing)} from fastslow.router, not in its engine_api"
+    assert {"ReadOptions", "Signals", "budget_s", "request_scope", "failure_summary"} <= set(engine_api.__all__)
+    for name in set(engine_api.__all__) & set(fastslow.router.__all__):
+        assert getattr(engine_api, name) is getattr(fastslow.router, name)
+
+
+def test_the_settings_door_has_every_settings_type() -> None:
+    from fastslow.router import _settings, settings
+
+    assert settings.__all__ == _settings.__all__
+    assert (fastslow.router.Settings, fastslow.router.get_settings) == (settings.Settings, settings.get_settings)
+
+
 def test_the_root_names_match_its_type_checking_imports() -> None:
     # The lazy names are declared twice (for type checkers, and for __getattr__): keep them one set.
     tree = ast.parse((REPO / "__init__.py").read_text())
@@ -109,7 +188,7 @@ def _fresh(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_kernel_loads_no_sibling_and_no_web_or_database_layer() -> None:
     code = (
-        "import sys, fastslow.router, fastslow.router.engine_api\n"
+        "import sys, fastslow.router, fastslow.router.engine_api, fastslow.router.settings, fastslow.router.graph_api\n"
         "siblings = ('fastslow.engines', 'fastslow.policies', 'fastslow.graphs', 'fastslow.api')\n"
         "heavy = ('fastapi', 'starlette', 'sqlalchemy', 'alembic', 'uvicorn')\n"
         "bad = sorted(m for m in sys.modules if m.startswith(siblings) or m.split('.')[0] in heavy)\n"

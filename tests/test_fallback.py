@@ -16,7 +16,6 @@ from fastslow.router import (
     EngineTimeout,
     EngineUnavailable,
     InvalidRequest,
-    JevSettings,
     Noul,
     Question,
     ReadOptions,
@@ -35,6 +34,7 @@ from fastslow.router.engine_api import (
     FallbackEngine,
     ToolOutcome,
 )
+from fastslow.router.settings import JevSettings
 
 from fakes.jev_server import Reply, running_jev_server
 from fakes.scripted import ScriptedChat, ScriptedEngine, SyncScriptedEngine

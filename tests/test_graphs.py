@@ -29,7 +29,6 @@ from fastslow.router import (
     CheckTask,
     ConfigError,
     EngineHTTPError,
-    ModelPrice,
     Noul,
     OpenEnded,
     PolicySet,
@@ -39,11 +38,11 @@ from fastslow.router import (
     RouteTask,
     Rule,
     State,
-    System2Settings,
     Thresholds,
     ToolCall,
 )
 from fastslow.router.engine_api import ChatResult
+from fastslow.router.settings import ModelPrice, System2Settings
 
 from fakes.openai_server import openai_server, structured, text, tool_calls
 from fakes.scripted import Chats, OneEngine, ScriptedChat, ScriptedEngine

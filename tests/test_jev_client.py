@@ -24,9 +24,9 @@ from fastslow.router import (
     ReadOptions,
     Score,
 )
-from fastslow.router import JevProfileName as Profile
-from fastslow.router import JevSettings as Settings
 from fastslow.router.engine_api import DecisionEngine
+from fastslow.router.settings import JevProfileName as Profile
+from fastslow.router.settings import JevSettings as Settings
 
 from fakes.jev_replies import JEV_QUESTIONS, JEV_REPLY, STRUCTURED_QUESTIONS, STRUCTURED_REPLY
 from fakes.jev_server import JevFakeServer, Reply, running_jev_engine, running_jev_server

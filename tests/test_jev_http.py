@@ -12,7 +12,7 @@ import pytest
 
 from fastslow.engines.jev import JevEngine, backoff_s, error_message, retry_after_s
 from fastslow.router import Answer, EngineHTTPError, EngineTimeout, EngineUnavailable, Noul, ReadOptions
-from fastslow.router import JevSettings as Settings
+from fastslow.router.settings import JevSettings as Settings
 
 from fakes.jev_replies import ERROR_BODIES, JEV_REPLY
 from fakes.jev_server import JevFakeServer, Reply, running_jev_server

@@ -13,8 +13,9 @@ from typesafe_sdk import AsyncTypeSafeClient, RetryPolicy
 from typesafe_sdk._core.errors import TypeSafeAPIResponseValidationError
 
 from fastslow.engines.jev import JevEngine
-from fastslow.router import Answer, JevSettings, NoAnswer, Question
+from fastslow.router import Answer, NoAnswer, Question
 from fastslow.router.engine_api import question_to_wire
+from fastslow.router.settings import JevSettings
 
 from fakes.jev_replies import JEV_QUESTIONS, JEV_REQUEST, SDK_REJECTS, VALID
 from fakes.jev_server import JevFakeServer, Reply, running_jev_server

@@ -24,11 +24,10 @@ from fastslow.router import (
     EngineTimeout,
     EngineUnavailable,
     Image,
-    JevSettings,
-    LimitsSettings,
     Noul,
     ReadOptions,
 )
+from fastslow.router.settings import JevSettings, LimitsSettings
 
 from fakes.jev_replies import JEV_REPLY
 from fakes.jev_server import JevFakeServer, Reply

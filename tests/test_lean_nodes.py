@@ -20,7 +20,6 @@ from fastslow.router import (
     NoAnswer,
     Question,
     Router,
-    Signals,
     State,
     Thresholds,
     classify_node,
@@ -30,6 +29,7 @@ from fastslow.router import (
     router_node,
 )
 from fastslow.router._nodes import decision_record
+from fastslow.router.engine_api import Signals
 
 from fakes.policies import three_task_policy
 from fakes.scripted import Chats, OneEngine, ScriptedEngine

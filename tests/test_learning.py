@@ -18,8 +18,9 @@ from fastslow.api.store import DecisionStore
 from fastslow.engines import EnginePool, LearnedExampleText, LearnedSet, examples_for
 from fastslow.engines.embedded import EmbeddedModels
 from fastslow.policies import parse_policy
-from fastslow.router import ConfigError, Decision, EmbeddedSettings, PolicySet, Router, Settings
+from fastslow.router import ConfigError, Decision, PolicySet, Router, Settings
 from fastslow.router.engine_api import ChatResult
+from fastslow.router.settings import EmbeddedSettings
 
 from fakes.databases import database_url, postgres_schema_url  # noqa: F401  (fixtures)
 from fakes.scripted import Chats, ScriptedChat

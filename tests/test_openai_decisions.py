@@ -24,11 +24,11 @@ from fastslow.router import (
     InvalidRequest,
     NoAnswer,
     Noul,
-    OpenAIDecisionsSettings,
     ReadOptions,
     Score,
 )
 from fastslow.router.engine_api import DecisionEngine
+from fastslow.router.settings import OpenAIDecisionsSettings
 
 from fakes.openai_fakes import FakeDecisionsServer, openai_error, running_openai_decisions_engine
 

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from fastslow.api.cli import app
 from fastslow.api.store import DecisionStore, PruneCounts, retention_cutoff
 from fastslow.api.store._models import AnswerRow, DecisionRow, LearnedExampleRow, OutcomeRow
-from fastslow.router import Decision, Settings, StoreSettings
+from fastslow.router import Decision, Settings
+from fastslow.router.settings import StoreSettings
 
 from fakes.databases import database_url, postgres_schema_url  # noqa: F401  (fixtures)
 

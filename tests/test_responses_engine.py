@@ -20,11 +20,10 @@ from fastslow.router import (
     EngineProtocolError,
     EngineTimeout,
     EngineUnavailable,
-    ModelPrice,
-    System2Settings,
     ToolCall,
 )
 from fastslow.router.engine_api import ToolOutcome, ToolSpec
+from fastslow.router.settings import ModelPrice, System2Settings
 
 from fakes.responses_server import RReply, answer, error, function_calls, responses_server
 

@@ -24,18 +24,15 @@ from langgraph.graph import END, START, StateGraph, add_messages
 from fastslow.api.store import DecisionStore
 from fastslow.engines.jev import JevEngine
 from fastslow.router import (
-    CoalesceSettings,
     Decision,
     EngineHTTPError,
     EngineTimeout,
-    JevSettings,
     Noul,
     OpenEnded,
     PolicySet,
     Question,
     Router,
     State,
-    current_deadline,
     policy_gate_node,
     request_scope,
     route_edge,
@@ -43,7 +40,8 @@ from fastslow.router import (
 )
 from fastslow.router._nodes import decision_record
 from fastslow.router._sync import LoopThread
-from fastslow.router.engine_api import ChatResult, CoalescingEngine
+from fastslow.router.engine_api import ChatResult, CoalescingEngine, current_deadline
+from fastslow.router.settings import CoalesceSettings, JevSettings
 
 from fakes.databases import database_url, postgres_schema_url  # noqa: F401  (fixtures)
 from fakes.policies import three_task_policy

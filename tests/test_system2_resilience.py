@@ -17,8 +17,9 @@ from langchain_core.messages import HumanMessage
 from pydantic import SecretStr
 
 from fastslow.engines.chat import Frontier
-from fastslow.router import BreakerSettings, ConfigError, EngineHTTPError, System2Settings
+from fastslow.router import ConfigError, EngineHTTPError
 from fastslow.router.engine_api import CircuitOpen, FallbackChatEngine
+from fastslow.router.settings import BreakerSettings, System2Settings
 
 from fakes.anthropic_server import anthropic_server
 from fakes.anthropic_server import text as anthropic_text

@@ -26,7 +26,8 @@ from fastslow.engines import EnginePool
 from fastslow.engines.chat import Frontier, keep_thoughts
 from fastslow.graphs import run_graph
 from fastslow.policies import parse_policy
-from fastslow.router import JevSettings, ModelPrice, Router, Settings, System2Settings
+from fastslow.router import Router, Settings
+from fastslow.router.settings import JevSettings, ModelPrice, System2Settings
 
 from fakes.anthropic_server import ScriptedServer as AnthropicServer
 from fakes.anthropic_server import anthropic_server

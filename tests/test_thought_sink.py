@@ -13,7 +13,8 @@ import pytest
 from fastslow.engines.chat import Frontier, ThoughtSink, keep_thoughts
 from fastslow.engines.chat._thoughts import final_content, inline_thoughts
 from fastslow.policies import parse_policy
-from fastslow.router import System2Settings, TaskCommon
+from fastslow.router import TaskCommon
+from fastslow.router.settings import System2Settings
 
 SECRET = "secret plan"
 

@@ -9,8 +9,18 @@ import time
 
 import pytest
 
-from fastslow.router import Overloaded, budget_s, current_deadline, current_tenant, request_scope
-from fastslow.router.engine_api import Abandoned, Deadline, FairGate, FairLock, StopToken, run_blocking
+from fastslow.router import Overloaded, request_scope
+from fastslow.router.engine_api import (
+    Abandoned,
+    Deadline,
+    FairGate,
+    FairLock,
+    StopToken,
+    budget_s,
+    current_deadline,
+    current_tenant,
+    run_blocking,
+)
 
 
 def _wait_for(condition: object, timeout: float = 10.0) -> None:

@@ -16,18 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from fastslow.router import (
-    EngineName,
-    EngineSource,
-    EngineTimeout,
-    Image,
-    LimitsSettings,
-    PolicySet,
-    Question,
-    ReadOptions,
-    State,
-)
+from fastslow.router import EngineName, EngineSource, EngineTimeout, Image, PolicySet, Question, ReadOptions, State
 from fastslow.router.engine_api import CoalescingEngine, DecisionEngine, EngineLimits, EngineReply, FairGate
+from fastslow.router.settings import LimitsSettings
 
 __all__ = ["LOCAL_ENGINES", "GatedEngines"]
 

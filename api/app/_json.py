@@ -25,7 +25,8 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from fastslow.router import InvalidRequest, LimitsSettings
+from fastslow.router import InvalidRequest
+from fastslow.router.settings import LimitsSettings
 
 __all__ = ["StrictJsonRoute", "json_depth", "model_response", "parse_json_body", "strict_json"]
 

@@ -17,7 +17,8 @@ from fastapi import APIRouter, Request, Response
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from fastslow.api.store import IdempotentRequest
-from fastslow.router import CheckResult, LimitsSettings, PolicySet, Router, ToolCall
+from fastslow.router import CheckResult, PolicySet, Router, ToolCall
+from fastslow.router.settings import LimitsSettings
 
 from ._errors import ERROR_RESPONSES, ApiError
 from ._idempotency import IdempotencyKey, Unit, idempotent, replayed_responses

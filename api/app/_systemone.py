@@ -21,8 +21,8 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from fastslow.router import EngineError, EngineTimeout, InvalidRequest, budget_s
-from fastslow.router.engine_api import parse_systemone_request, render_systemone_reply
+from fastslow.router import EngineError, EngineTimeout, InvalidRequest
+from fastslow.router.engine_api import budget_s, parse_systemone_request, render_systemone_reply
 
 from ._assets import Part, read_assets
 from ._errors import ERROR_RESPONSES, ApiError

@@ -18,7 +18,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from fastslow.router import StoreSettings
+from fastslow.router.settings import StoreSettings
 
 from ._idempotency import prune_expired_keys
 from ._models import AnswerRow, DecisionRow, LearnedExampleRow, OutcomeRow

@@ -27,8 +27,9 @@ from anthropic.types import Usage as MessageUsage
 from langchain_core.messages import BaseMessage
 
 from fastslow.engines._sdk_errors import request_timeout
-from fastslow.router import ConfigError, EngineError, EngineProtocolError, ModelPrice, System2Settings, ToolCall
+from fastslow.router import ConfigError, EngineError, EngineProtocolError, ToolCall
 from fastslow.router.engine_api import ChatResult, Deadline, ToolRunner, ToolSpec, ToolStep, Usage, strip_thoughts
+from fastslow.router.settings import ModelPrice, System2Settings
 
 from ._anthropic_errors import anthropic_errors
 from ._anthropic_messages import anthropic_tools, to_anthropic

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fastslow.router import ModelPrice
+from fastslow.router.settings import ModelPrice
 
 __all__ = ["call_cost", "total_cost"]
 

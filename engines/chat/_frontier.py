@@ -29,7 +29,6 @@ from urllib.parse import urlsplit
 
 import httpx2
 
-from fastslow.router import System2Settings
 from fastslow.router.engine_api import (
     BreakerChatEngine,
     BreakerSnapshot,
@@ -37,6 +36,7 @@ from fastslow.router.engine_api import (
     CircuitBreaker,
     FallbackChatEngine,
 )
+from fastslow.router.settings import System2Settings
 
 from ._anthropic import AnthropicChatEngine
 from ._openai import OpenAIChatEngine

@@ -18,8 +18,9 @@ from langchain_core.messages import BaseMessage
 from openai.types.chat import ChatCompletion
 
 from fastslow.engines._sdk_errors import api_key_or_deferred_error, openai_errors, request_timeout
-from fastslow.router import ConfigError, EngineError, EngineProtocolError, System2Settings, ToolCall
+from fastslow.router import ConfigError, EngineError, EngineProtocolError, ToolCall
 from fastslow.router.engine_api import ChatResult, ToolSpec, Usage
+from fastslow.router.settings import System2Settings
 
 from ._cost import call_cost
 from ._messages import function_tools, to_wire

@@ -13,8 +13,9 @@ import httpx2
 import openai
 from langchain_core.messages import BaseMessage
 
-from fastslow.router import EngineProtocolError, System2Settings
+from fastslow.router import EngineProtocolError
 from fastslow.router.engine_api import ChatResult, ToolRunner, ToolSpec
+from fastslow.router.settings import System2Settings
 
 from ._loop import tool_loop
 from ._ref import ModelRef

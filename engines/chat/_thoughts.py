@@ -22,8 +22,9 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
-from fastslow.router import System2Settings, TaskCommon
+from fastslow.router import TaskCommon
 from fastslow.router.engine_api import THOUGHT_TASK, strip_thoughts
+from fastslow.router.settings import System2Settings
 
 __all__ = ["ThoughtSink", "final_content", "inline_thoughts", "keep_thoughts"]
 

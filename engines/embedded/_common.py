@@ -17,9 +17,8 @@ from fastslow.router import (
     Question,
     ReadOptions,
     State,
-    budget_s,
 )
-from fastslow.router.engine_api import Abandoned, neutralise, normalise_distribution, validate_state
+from fastslow.router.engine_api import Abandoned, budget_s, neutralise, normalise_distribution, validate_state
 
 __all__ = ["as_text", "check_call", "make_answer", "option_text", "with_budget"]
 

@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from fastslow.router import Answer, Choice, EmbeddedSettings, Image, NoAnswer, Question, ReadOptions, State
+from fastslow.router import Answer, Choice, Image, NoAnswer, Question, ReadOptions, State
 from fastslow.router.engine_api import EngineLimits, EngineReply, StopToken, run_blocking, split_and_ask
+from fastslow.router.settings import EmbeddedSettings
 
 from ._cache import EmbeddingCache
 from ._common import as_text, check_call, make_answer, option_text, with_budget

@@ -11,18 +11,9 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from fastslow.router import (
-    Answer,
-    Choice,
-    ConfigError,
-    EmbeddedSettings,
-    Image,
-    NoAnswer,
-    Question,
-    ReadOptions,
-    State,
-)
+from fastslow.router import Answer, Choice, ConfigError, Image, NoAnswer, Question, ReadOptions, State
 from fastslow.router.engine_api import EngineLimits, EngineReply, StopToken, run_blocking
+from fastslow.router.settings import EmbeddedSettings
 
 from ._background import Background, load_background
 from ._cache import EmbeddingCache

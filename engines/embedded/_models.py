@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from fastslow.router import EmbeddedSettings
+from fastslow.router.settings import EmbeddedSettings
 
 from ._batching import BatchingEmbedder
 from ._cache import EmbeddingCache

@@ -12,7 +12,7 @@ import httpx2
 
 from fastslow.engines._asyncio_net import fast_transport
 from fastslow.engines._http_limits import DEFAULT_MAX_REPLY_BYTES
-from fastslow.router import EngineProtocolError, Image, JevSettings, Question, ReadOptions, State
+from fastslow.router import EngineProtocolError, Image, Question, ReadOptions, State
 from fastslow.router.engine_api import (
     Deadline,
     EngineLimits,
@@ -21,6 +21,7 @@ from fastslow.router.engine_api import (
     split_and_ask,
     validate_state,
 )
+from fastslow.router.settings import JevSettings
 
 from ._http import client_headers, post_with_retries, post_with_retries_sync
 from ._profiles import PROFILES, JevProfile

@@ -11,7 +11,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fastslow.router import Noul, Question, Score, Signals
+from fastslow.router import Noul, Question, Score
+from fastslow.router.engine_api import Signals
 
 __all__ = ["number", "read_signals", "reads_by_question"]
 

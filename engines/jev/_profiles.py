@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fastslow.router import JevProfileName
 from fastslow.router.engine_api import EngineLimits
+from fastslow.router.settings import JevProfileName
 
 __all__ = ["EXTENSIONS", "PROFILES", "Extension", "ImageMode", "JevProfile"]
 

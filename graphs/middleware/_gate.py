@@ -14,9 +14,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from fastslow.router import CheckTask, ConfigError, Router
-
-# The gate node's own checks and refusal wording: private to fastslow.router, shared on purpose.
-from fastslow.router._gate_checks import Checked, GateChecks, refusal
+from fastslow.router.graph_api import Checked, GateChecks, refusal
 
 __all__ = ["GATE_KEY", "PolicyGateMiddleware", "PolicyGateState"]
 

@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.runtime import Runtime
 
 from fastslow.router import ConfigError, Decision, Router, RouteTask
-from fastslow.router._nodes import decision_record
+from fastslow.router.graph_api import decision_record
 
 from ._thoughts import without_thoughts
 

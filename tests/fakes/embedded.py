@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from fastslow.engines.embedded import EmbeddedEngine
-from fastslow.router import EmbeddedSettings
+from fastslow.router.settings import EmbeddedSettings
 
 _CACHE_DIR: Path | None = None
 

@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, TypeAlias, get_args
 
 from fastslow.engines.jev import PROFILES, JevEngine, JevProfile
-from fastslow.router import JevProfileName, JevSettings
+from fastslow.router.settings import JevProfileName, JevSettings
 
 __all__ = [
     "FAULTS",

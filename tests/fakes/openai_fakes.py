@@ -38,7 +38,7 @@ from pydantic import SecretStr
 
 from fastslow.engines.logprob import LogprobEngine
 from fastslow.engines.openai_decisions import OpenAIDecisionsEngine
-from fastslow.router import LogprobSettings, OpenAIDecisionsSettings
+from fastslow.router.settings import LogprobSettings, OpenAIDecisionsSettings
 
 __all__ = [
     "FakeCompletionServer",

@@ -8,8 +8,8 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from fastslow.router import Answer, Image, NoAnswer, PolicySet, Question, ReadOptions, Signals, State
-from fastslow.router.engine_api import ChatResult, EngineLimits, EngineReply, ToolSpec
+from fastslow.router import Answer, Image, NoAnswer, PolicySet, Question, ReadOptions, State
+from fastslow.router.engine_api import ChatResult, EngineLimits, EngineReply, Signals, ToolSpec
 
 Script = Callable[[State, str, Question], Mapping[str, float] | Exception | str | None]
 """Given (state, question name, question): a distribution, an exception to raise, or a NoAnswer reason."""
