@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 
-from fastslow.router import ConfigError, EngineName, Settings, get_settings
+from fastslow.router import ConfigError, Settings, get_settings, installed_engines
 
 if TYPE_CHECKING:
     from .store import DecisionStore
@@ -26,6 +26,7 @@ __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_ENGINE",
     "EXIT_STORE",
+    "check_engine",
     "fail",
     "load_settings",
     "run_store",
@@ -47,7 +48,16 @@ def fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-def load_settings(engine: EngineName | None = None, examples: Path | None = None) -> Settings:
+def check_engine(engine: str | None) -> None:
+    """Fail with one line when ``--engine`` names no installed engine (shipped or a plugin's)."""
+    if engine is not None and engine not in (names := installed_engines()):
+        fail(
+            f"--engine: unknown engine {engine!r}; expected one of the installed engines: {', '.join(names)}",
+            EXIT_BAD_INPUT,
+        )
+
+
+def load_settings(engine: str | None = None, examples: Path | None = None) -> Settings:
     """The settings, with a command's ``--engine`` and ``--examples`` applied; a bad one is one line."""
     try:
         settings = get_settings()

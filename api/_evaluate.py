@@ -53,7 +53,6 @@ from fastslow.router import (
     Decision,
     EngineError,
     EngineFailure,
-    EngineName,
     EngineTimeout,
     InvalidRequest,
     PolicySet,
@@ -423,7 +422,7 @@ def _job(row: EvalRow, policy: PolicySet | None, forced: str | None) -> _Job:
     return _Job(row=row, task=task, questions=questions, labels=labels, trained_names=_trained_names(task, questions))
 
 
-def _learns(name: EngineName) -> bool:
+def _learns(name: str) -> bool:
     return name in _TRAINED_ENGINES
 
 

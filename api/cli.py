@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO, cast, get_args
+from typing import Annotated, Any, BinaryIO, cast
 
 import typer
 
@@ -28,10 +28,10 @@ from fastslow.policies import (
     locate_policy,
     parse_policy,
 )
-from fastslow.router import ConfigError, EngineError, EngineName, InvalidRequest, Settings
+from fastslow.router import ConfigError, EngineError, InvalidRequest, Settings
 from fastslow.router.engine_api import SystemOneRequest, parse_systemone_request, render_systemone_reply
 
-from ._cli_base import EXIT_BAD_INPUT, EXIT_ENGINE, fail, load_settings, write_line
+from ._cli_base import EXIT_BAD_INPUT, EXIT_ENGINE, check_engine, fail, load_settings, write_line
 from ._cli_learned import learned_app
 from ._cli_store import db_app, keys_app, migrate
 
@@ -294,14 +294,13 @@ def decide(
     line got an error line; 2 for a bad option, request or configuration; 3
     when the engine could not answer a single request.
     """
-    if engine is not None and engine not in ENGINE_NAMES:
-        fail(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINE_NAMES)}", EXIT_BAD_INPUT)
+    check_engine(engine)
     lines = jsonl if jsonl is not None else source.lower().endswith(".jsonl")
     if lines and pretty:
         fail("--pretty: JSON Lines are one response per line; drop --pretty", EXIT_BAD_INPUT)
     if concurrency < 1:
         fail(f"--concurrency: must be at least 1, not {concurrency}", EXIT_BAD_INPUT)
-    settings = load_settings(cast(EngineName | None, engine), examples)
+    settings = load_settings(engine, examples)
     if lines:
         _decide_jsonl(settings, source, concurrency)
         return
@@ -571,15 +570,14 @@ def eval_command(
         fail(f"--data: no such file {data}", EXIT_BAD_INPUT)
     if policy is not None and not policy.is_file():
         fail(f"--policy: no such file {policy}", EXIT_BAD_INPUT)
-    if engine is not None and engine not in ENGINE_NAMES:
-        fail(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINE_NAMES)}", EXIT_BAD_INPUT)
+    check_engine(engine)
     if split is not None and split not in SPLITS:
         fail(f"--split: must be one of {', '.join(SPLITS)}, not {split!r}", EXIT_BAD_INPUT)
     if concurrency < 1:
         fail(f"--concurrency: must be at least 1, not {concurrency}", EXIT_BAD_INPUT)
     if limit is not None and limit < 1:
         fail(f"--limit: must be at least 1, not {limit}", EXIT_BAD_INPUT)
-    settings = load_settings(cast(EngineName | None, engine), examples)
+    settings = load_settings(engine, examples)
     from ._evaluate import evaluate, headline
 
     try:
@@ -649,13 +647,12 @@ def _fit(
         fail(f"--sample: with --from-log, one of {', '.join(SAMPLES)}, not {sample!r}", EXIT_BAD_INPUT)
     if from_log and split is not None:
         fail("--split: the decision log has no splits; drop --split with --from-log", EXIT_BAD_INPUT)
-    if engine is not None and engine not in ENGINE_NAMES:
-        fail(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINE_NAMES)}", EXIT_BAD_INPUT)
+    check_engine(engine)
     if not 0.0 < held_out < 1.0:
         fail(f"--held-out: must lie strictly between 0 and 1, not {held_out}", EXIT_BAD_INPUT)
     if split is not None and split not in ("train", "validation"):
         fail(f"--split: fit on train or validation rows, not {split!r} (the test split judges a fit)", EXIT_BAD_INPUT)
-    settings = load_settings(cast(EngineName | None, engine), examples)
+    settings = load_settings(engine, examples)
     out_dir = out if out is not None else settings.resolved_data_dir() / "fits" / f"{command}-{task}"
     try:
         # Read (and check) the file first: a file that cannot be rewritten faithfully fails before the run.
@@ -926,9 +923,6 @@ def report_shadow(
     except ConfigError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     sys.stdout.write("".join(f"{line}\n" for line in result.lines))
-
-
-ENGINE_NAMES: tuple[str, ...] = get_args(EngineName)
 
 
 app.add_typer(learned_app, name="learned")

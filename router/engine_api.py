@@ -18,6 +18,10 @@ implements ``ChatEngine``. The question, answer, setting and error types come fr
 
 User text reaches an engine only after ``neutralise``; model thoughts never leave an engine
 (``strip_thoughts``).
+
+An engine shipped outside fastslow is an ``EnginePlugin`` registered in the ``fastslow.engines``
+entry-point group (``ENGINE_GROUP``), written for one ``ENGINE_API_VERSION`` (docs/architecture.md,
+"Writing an engine plugin").
 """
 
 from ._answers import EngineReply, Usage, normalise_distribution
@@ -36,6 +40,7 @@ from ._chat import THOUGHT_TASK, ChatEngine, ChatResult, ToolOutcome, ToolRunner
 from ._coalesce import CoalescingEngine
 from ._engine import DecisionEngine, EngineLimits, SyncDecisionEngine
 from ._fallback import FallbackChatEngine, FallbackEngine
+from ._plugins import ENGINE_GROUP, EngineContext, EnginePlugin, plugin_engines, settings_key
 from ._questions import (
     MAX_STATE_CHARS,
     NOUL_OPTIONS,
@@ -50,8 +55,14 @@ from ._timing import Deadline
 from ._wire import SystemOneRequest, parse_systemone_request, render_systemone_reply
 from ._work import Abandoned, FairGate, FairLock, StopToken, gather_all, run_blocking
 
+ENGINE_API_VERSION = 1
+"""The version of this surface an ``EnginePlugin`` declares (``api_version``); fastslow refuses a plugin
+written for another one. It changes when a change here would break an engine written for the last."""
+
 __all__ = [
     "CONTROL_STRINGS",
+    "ENGINE_API_VERSION",
+    "ENGINE_GROUP",
     "MAX_STATE_CHARS",
     "NOUL_OPTIONS",
     "THOUGHT_TASK",
@@ -68,7 +79,9 @@ __all__ = [
     "CoalescingEngine",
     "Deadline",
     "DecisionEngine",
+    "EngineContext",
     "EngineLimits",
+    "EnginePlugin",
     "EngineReply",
     "FairGate",
     "FairLock",
@@ -92,11 +105,13 @@ __all__ = [
     "neutralise_text",
     "normalise_distribution",
     "parse_systemone_request",
+    "plugin_engines",
     "question_from_wire",
     "question_to_wire",
     "questions_from_wire",
     "render_systemone_reply",
     "run_blocking",
+    "settings_key",
     "split_and_ask",
     "strip_thoughts",
     "validate_state",
