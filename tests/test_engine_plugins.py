@@ -4,8 +4,8 @@ through the router, the command line and the API.
 The package (``fastslow-toy-engine``) is written to a temporary folder and installed with pip,
 offline, into a folder put on ``sys.path``: what ``importlib.metadata`` finds there is what it finds
 in a real site-packages. It registers two engines in the ``fastslow.engines`` entry-point group:
-``toy`` (the first option at ``top``, 0.9 unless its settings say otherwise, the others sharing the
-rest) and ``old-toy``, written for engine-API version 0.
+``toy``, the plugin docs/architecture.md shows (the first option at ``top``, 0.9 unless its settings
+say otherwise, the others sharing the rest), and ``old-toy``, written for engine-API version 0.
 """
 
 from __future__ import annotations
@@ -51,56 +51,8 @@ old-toy = "toy_engine_old:plugin"
 py-modules = ["toy_engine", "toy_engine_old"]
 """
 
-TOY_ENGINE = '''\
-"""A fastslow engine plugin that always answers the first option, at ``top``."""
-
-from __future__ import annotations
-
-from collections.abc import Mapping, Sequence
-
-from pydantic import BaseModel
-
-from fastslow.router import Answer, Image, Question, ReadOptions, State
-from fastslow.router.engine_api import EngineContext, EngineLimits, EnginePlugin, EngineReply
-
-
-class ToySettings(BaseModel):
-    top: float = 0.9
-    model: str = "toy-1"
-
-
-class ToyEngine:
-    def __init__(self, settings: ToySettings, context: EngineContext) -> None:
-        self.name = context.name
-        self.limits = EngineLimits(max_questions=8)
-        self.settings = settings
-        self.context = context
-
-    async def decide(
-        self,
-        state: State,
-        questions: Mapping[str, Question],
-        *,
-        images: Sequence[Image] = (),
-        options: ReadOptions | None = None,
-    ) -> EngineReply:
-        model = self.settings.model
-        answers = {}
-        for name, question in questions.items():
-            first, *rest = question.options
-            rest_p = (1.0 - self.settings.top) / len(rest)
-            probabilities = {first: self.settings.top, **{option: rest_p for option in rest}}
-            answers[name] = Answer(
-                question=name, kind=question.kind, probabilities=probabilities, engine=self.name, model=model
-            )
-        return EngineReply(answers=answers, engine=self.name, model=model, latency_ms=0.0)
-
-    async def aclose(self) -> None:
-        pass
-
-
-plugin = EnginePlugin(name="toy", api_version=1, settings=ToySettings, build=ToyEngine)
-'''
+ARCHITECTURE = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
+"""Its "Writing an engine plugin" section holds the toy engine's module: the one built here."""
 
 TOY_ENGINE_OLD = '''\
 """The toy engine as it was for an older fastslow."""
@@ -146,7 +98,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The toy package, built and installed offline once for the module; its folder is not on the path yet."""
     source = tmp_path_factory.mktemp("toy-src")
     (source / "pyproject.toml").write_text(PYPROJECT)
-    (source / "toy_engine.py").write_text(TOY_ENGINE)
+    documented = ARCHITECTURE.read_text().split("```python\n# toy_engine.py\n", 1)[1].split("```", 1)[0]
+    (source / "toy_engine.py").write_text(documented)
     (source / "toy_engine_old.py").write_text(TOY_ENGINE_OLD)
     target = tmp_path_factory.mktemp("toy-site")
     subprocess.run(
