@@ -177,7 +177,7 @@ class LimitsSettings(BaseModel):
     local_engine_concurrency: int = Field(default=4, ge=1)
     """Requests using one in-process engine (embedded, sparrow, examples) at once, per process."""
     remote_engine_concurrency: int = Field(default=64, ge=1)
-    """Requests using one network engine (jev, openai-decisions, logprob) at once, per process."""
+    """Requests using one network engine (jev, openai-decisions, logprob, a plugin's) at once, per process."""
     engine_queue: int = Field(default=64, ge=0)
     """Requests waiting for an engine, per engine and process; beyond it the answer is 503."""
 
