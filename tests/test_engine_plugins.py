@@ -239,6 +239,20 @@ def test_a_plugin_written_for_another_engine_api_version_is_refused(tmp_path: Pa
     assert raised.value.key == "engine"
 
 
+async def test_a_reload_naming_a_plugin_that_cannot_load_keeps_the_last_good_policy(tmp_path: Path) -> None:
+    runtime = build_runtime(Settings(policy_file=_policy(tmp_path)))
+    try:
+        before = runtime.store.version
+        _policy(tmp_path, engine="old-toy")
+        result = runtime.store.reload()
+        assert not result.ok and result.error is not None and "engine-API version 0" in result.error
+        assert runtime.store.version == before
+        decision = await runtime.router.route("support", [HumanMessage("Refund me")])
+        assert (decision.outcome, decision.engine) == ("billing", "toy")
+    finally:
+        await runtime.aclose()
+
+
 def test_a_plugin_cannot_replace_a_shipped_engine(tmp_path: Path) -> None:
     # An entry point under a shipped name is ignored: "jev" is still fastslow's Jev client.
     other = tmp_path / "site"
