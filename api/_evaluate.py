@@ -25,7 +25,7 @@ from fastslow.policies.evaluation import (
     headline,
 )
 from fastslow.policies.evaluation import evaluate as run_evaluation
-from fastslow.router import ConfigError, EngineName, PolicySet, Router, Settings
+from fastslow.router import ConfigError, PolicySet, Router, Settings
 
 from ._compose import Runtime, build_runtime
 
@@ -102,7 +102,7 @@ class EngineDeciders:
             default_engine=settings.engine,
         )
 
-    def learns(self, engine: EngineName) -> bool:
+    def learns(self, engine: str) -> bool:
         return engine in _TRAINED_ENGINES
 
     def training_texts(self, policy: PolicySet | None) -> TrainingTexts:

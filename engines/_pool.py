@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from fastslow.router import EngineName, PolicySet, Settings
+from fastslow.router import PolicySet, Settings
 from fastslow.router.engine_api import (
     BreakerEngine,
     BreakerSnapshot,
@@ -38,7 +38,7 @@ log = logging.getLogger("fastslow.engines")
 _CHAINS = 64
 
 
-def needs_examples(name: EngineName | None, *, default: EngineName = "embedded") -> frozenset[str]:
+def needs_examples(name: str | None, *, default: str = "embedded") -> frozenset[str]:
     """Question kinds an engine cannot answer well without labelled examples.
 
     The embedded engines are near chance on yes/no questions zero-shot (measured on XSTest and the
@@ -63,12 +63,12 @@ class EnginePool:
     def __init__(self, settings: Settings, *, models: EmbeddedModels | None = None) -> None:
         self._settings = settings
         self._models = models
-        self._engines: dict[tuple[EngineName, str, str], DecisionEngine] = {}
+        self._engines: dict[tuple[str, str, str], DecisionEngine] = {}
         # One per network engine name, kept across rebuilds and reloads: an outage outlives a policy.
-        self._breakers: dict[EngineName, CircuitBreaker] = {}
+        self._breakers: dict[str, CircuitBreaker] = {}
         # Its own lock: engines are built under ``_lock`` (engine_for), and building one takes a breaker.
         self._breakers_lock = threading.Lock()
-        self._chains: dict[tuple[tuple[EngineName, ...], tuple[tuple[EngineName, str, str], ...]], FallbackEngine] = {}
+        self._chains: dict[tuple[tuple[str, ...], tuple[tuple[str, str, str], ...]], FallbackEngine] = {}
         self._learned = LearnedSet()
         self._lock = threading.Lock()
         # One training at a time: a reload and a retrain at once would only contend for the CPU.
@@ -82,7 +82,7 @@ class EnginePool:
         """The learned examples the engines in force were trained with."""
         return self._learned
 
-    def engine_for(self, name: EngineName | None, policy: PolicySet) -> DecisionEngine:
+    def engine_for(self, name: str | None, policy: PolicySet) -> DecisionEngine:
         """The engine ``name`` (the settings' engine when ``None``) trained for ``policy``.
 
         With a fallback chain for it in ``Settings.engine_fallbacks``, a ``FallbackEngine`` over the
@@ -104,7 +104,7 @@ class EnginePool:
             found = self._chains[key] = FallbackEngine(*(self.single_engine(n, policy) for n in chain))
         return found
 
-    def single_engine(self, name: EngineName | None, policy: PolicySet) -> DecisionEngine:
+    def single_engine(self, name: str | None, policy: PolicySet) -> DecisionEngine:
         """The engine ``name`` alone, without its fallbacks (``engine_for`` otherwise)."""
         engine_name = name or self._settings.engine
         learned = self._learned
@@ -118,12 +118,12 @@ class EnginePool:
             return engine.for_policy(policy.version)
         return engine
 
-    def _key(self, name: EngineName, policy: PolicySet, learned: LearnedSet) -> tuple[EngineName, str, str]:
+    def _key(self, name: str, policy: PolicySet, learned: LearnedSet) -> tuple[str, str, str]:
         if name not in LEARNS_FROM_EXAMPLES:
             return (name, "", "")
         return (name, policy.version, learned.key)
 
-    def _build(self, name: EngineName, policy: PolicySet, learned: LearnedSet) -> DecisionEngine:
+    def _build(self, name: str, policy: PolicySet, learned: LearnedSet) -> DecisionEngine:
         factory = _factory(name)
         if name not in LEARNS_FROM_EXAMPLES:
             return self._coalesced(self._guarded(name, factory(EngineBuild(settings=self._settings))))
@@ -138,7 +138,7 @@ class EnginePool:
         )
         return self._coalesced(engine)
 
-    def _guarded(self, name: EngineName, engine: DecisionEngine) -> DecisionEngine:
+    def _guarded(self, name: str, engine: DecisionEngine) -> DecisionEngine:
         """A network engine behind its breaker (inside coalescing: one shared call counts once).
 
         In-process engines get none: their failures (a deadline passed under load) are this
@@ -155,7 +155,7 @@ class EnginePool:
                 )
         return BreakerEngine(engine, breaker)
 
-    def breakers(self) -> dict[EngineName, BreakerSnapshot]:
+    def breakers(self) -> dict[str, BreakerSnapshot]:
         """The state of each network engine's breaker, for readiness and metrics."""
         with self._breakers_lock:
             breakers = dict(self._breakers)
@@ -187,7 +187,7 @@ class EnginePool:
         """
         with self._training:
             learned = self._learned
-            built: dict[tuple[EngineName, str, str], DecisionEngine] = {}
+            built: dict[tuple[str, str, str], DecisionEngine] = {}
             used = {task.engine or self._settings.engine for task in policy.tasks.values()}
             # A fallback is trained now too: built on the first failing request, its training would
             # spend that request's budget (and every request's, on a loaded replica) in an outage.
@@ -215,7 +215,7 @@ class EnginePool:
             if self._policy is not None:
                 policy = self._policy
             names = {task.engine or self._settings.engine for task in policy.tasks.values()}
-            built: dict[tuple[EngineName, str, str], DecisionEngine] = {}
+            built: dict[tuple[str, str, str], DecisionEngine] = {}
             for name in names & LEARNS_FROM_EXAMPLES:
                 key = self._key(name, policy, learned)
                 with self._lock:

@@ -2,7 +2,9 @@
 
 Every engine is made here, by ``build_engine`` for one-off use (the command line) and by the
 ``EnginePool`` a running router uses. Factories import their engine lazily, so choosing the Jev
-client never loads the CPU models and the embedded engine never imports the OpenAI SDK.
+client never loads the CPU models and the embedded engine never imports the OpenAI SDK. ``ENGINES``
+holds the shipped engines; any other name is an installed plugin's (``fastslow.engines`` entry
+points), whose factory ``_plugins`` makes when the name is first built.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from fastslow.router import ConfigError, EngineName, PolicySet, Settings
 from fastslow.router.engine_api import DecisionEngine
 
 from ._learned import LearnedSet, merge_learned
+from ._plugins import plugin_factory
 
 if TYPE_CHECKING:
     from .embedded import EmbeddedModels, ExampleSet
@@ -93,6 +96,7 @@ def _logprob(build: EngineBuild) -> DecisionEngine:
     return LogprobEngine(build.settings.logprob, max_reply_bytes=build.settings.limits.max_engine_reply_bytes)
 
 
+# Keyed by the shipped names' Literal (the house style's registry); plugins' names are open.
 ENGINES: dict[EngineName, EngineFactory] = {
     "embedded": _embedded,
     "sparrow": _sparrow,
@@ -101,7 +105,7 @@ ENGINES: dict[EngineName, EngineFactory] = {
     "openai-decisions": _openai_decisions,
     "logprob": _logprob,
 }
-LEARNS_FROM_EXAMPLES: frozenset[EngineName] = frozenset({"embedded", "examples", "sparrow"})
+LEARNS_FROM_EXAMPLES: frozenset[str] = frozenset({"embedded", "examples", "sparrow"})
 """Engines trained on the policy's examples (sparrow is zero-shot but shares their limits)."""
 
 assert set(ENGINES) == set(get_args(EngineName)), "every EngineName needs a factory"
@@ -146,11 +150,12 @@ def examples_for(
     )
 
 
-def build_engine(settings: Settings, name: EngineName | None = None) -> DecisionEngine:
+def build_engine(settings: Settings, name: str | None = None) -> DecisionEngine:
     """Build the engine ``name`` (default ``settings.engine``), trained on the settings' examples file.
 
     Raises:
-        ConfigError: an unknown engine name, or a setting the engine cannot start with.
+        ConfigError: an engine name not installed, a plugin that does not load or speaks another
+            engine-API version, or a setting the engine cannot start with.
     """
     engine_name = name or settings.engine
     factory = _factory(engine_name)
@@ -159,8 +164,9 @@ def build_engine(settings: Settings, name: EngineName | None = None) -> Decision
 
 
 def _factory(name: str) -> EngineFactory:
-    # Names are checked where they are read (settings, policy files); this catches the rest, such
-    # as a task built in code, instead of quietly answering with another engine.
-    if name not in ENGINES:
-        raise ConfigError(f"unknown engine {name!r}; expected one of {', '.join(ENGINES)}", key="engine")
-    return ENGINES[name]
+    # Names are checked where they are read (settings, policy files); a plugin's name is loaded
+    # here, and the rest (such as a task built in code naming no installed engine) is refused,
+    # instead of quietly answering with another engine.
+    if name in ENGINES:
+        return ENGINES[name]
+    return plugin_factory(name)

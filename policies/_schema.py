@@ -14,7 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self, get_args
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from fastslow.router import EngineName, OnFailure
+from fastslow.router import EngineName, OnFailure, installed_engines
 
 from ._base import ExampleList, NoulExamples, Prob, Strict, Text, check_name, check_names, suggest
 from ._questions import (
@@ -61,6 +61,7 @@ __all__ = [
 ]
 
 ENGINE_NAMES: tuple[str, ...] = get_args(EngineName)
+"""The shipped engines; a policy may also name an installed plugin's (``installed_engines()``)."""
 NONE_DESCRIPTION = "None of the other routes fits"
 
 
@@ -223,7 +224,8 @@ class CommonModel(Strict):
 
     _key_hints: ClassVar[dict[str, str]] = {"learn": "; learn is set per route or classification task"}
 
-    engine: EngineName | None = None
+    engine: str | None = Field(default=None, examples=[*ENGINE_NAMES])
+    """A shipped engine or an installed plugin's (``fastslow.router.installed_engines``)."""
     engine_options: EngineOptionsModel | None = None
     escalate_to: str | None = None
     thresholds: ThresholdsModel | None = None
@@ -240,12 +242,12 @@ class CommonModel(Strict):
     @field_validator("engine", mode="before")
     @classmethod
     def _engine(cls, value: object) -> object:
-        # Before the type check, so that a misspelt name gets a did-you-mean, not a list of literals.
-        if isinstance(value, str) and value not in ENGINE_NAMES:
+        # Plugins' names come from the installed distributions' metadata; none of their code is loaded.
+        if isinstance(value, str) and value not in ENGINE_NAMES and value not in (installed := installed_engines()):
             raise PydanticCustomError(
                 "engine",
-                "unknown engine {value}; expected one of {names}{hint}",
-                {"value": repr(value), "names": ", ".join(ENGINE_NAMES), "hint": suggest(value, ENGINE_NAMES)},
+                "unknown engine {value}; expected one of the installed engines: {names}{hint}",
+                {"value": repr(value), "names": ", ".join(installed), "hint": suggest(value, installed)},
             )
         return value
 

@@ -69,6 +69,7 @@ from ._errors import (
     failure_summary,
 )
 from ._nodes import classify_node, policy_gate_node, route_edge, router_node
+from ._plugins import installed_engines
 from ._poll import polling
 from ._questions import Choice, Image, Noul, Question, QuestionKind, Score, State
 from ._router import ChatSource, CheckResult, DecisionSink, EngineSource, Incumbent, Router
@@ -158,6 +159,7 @@ __all__ = [
     "escalated_by_system2",
     "failure_summary",
     "get_settings",
+    "installed_engines",
     "policy_gate_node",
     "polling",
     "request_scope",

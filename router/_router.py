@@ -32,7 +32,6 @@ from ._engine import DecisionEngine, SyncDecide
 from ._errors import ConfigError, EngineError, EngineTimeout, failure_summary
 from ._escalate import ask_system2
 from ._questions import Question, State
-from ._settings import EngineName
 from ._sync import NOT_NOW, Plan, Step, _NotNow, run_async, run_sync
 from ._tasks import CheckTask, ClassifyTask, PolicySet, RouteTask, Rule, Task, TaskCommon
 from ._turns import split_turns
@@ -53,7 +52,7 @@ Asked: TypeAlias = tuple[Mapping[str, Answer | NoAnswer | EngineFailure], str]
 class EngineSource(Protocol):
     """Gives the System-1 engine for a task, trained on the policy's examples where it learns from them."""
 
-    def engine_for(self, name: EngineName | None, policy: PolicySet) -> DecisionEngine: ...
+    def engine_for(self, name: str | None, policy: PolicySet) -> DecisionEngine: ...
 
 
 class ChatSource(Protocol):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, NonNegativeInt, SecretStr, field_validator
 from pydantic_settings import (
@@ -20,6 +20,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
     YamlConfigSettingsSource,
 )
+
+from ._plugins import EngineName, settings_key, unknown_engine
 
 __all__ = [
     "BreakerSettings",
@@ -40,7 +42,6 @@ __all__ = [
     "get_settings",
 ]
 
-EngineName = Literal["embedded", "sparrow", "examples", "jev", "openai-decisions", "logprob"]
 JevProfileName = Literal["structured", "jev", "openrouter", "laya-serve", "jev-compatible-server", "llm2jev"]
 
 
@@ -176,7 +177,7 @@ class LimitsSettings(BaseModel):
     local_engine_concurrency: int = Field(default=4, ge=1)
     """Requests using one in-process engine (embedded, sparrow, examples) at once, per process."""
     remote_engine_concurrency: int = Field(default=64, ge=1)
-    """Requests using one network engine (jev, openai-decisions, logprob) at once, per process."""
+    """Requests using one network engine (jev, openai-decisions, logprob, a plugin's) at once, per process."""
     engine_queue: int = Field(default=64, ge=0)
     """Requests waiting for an engine, per engine and process; beyond it the answer is 503."""
 
@@ -248,8 +249,8 @@ class Settings(BaseSettings):
         extra="forbid",
     )
 
-    engine: EngineName = "embedded"
-    """The System-1 engine used when a task names none."""
+    engine: str = "embedded"
+    """The System-1 engine used when a task names none: a shipped one (``EngineName``) or an installed plugin's."""
     data_dir: Path | None = None
     """Where fastslow keeps its database and caches; the user's data directory when unset."""
     max_state_chars: int = 100_000
@@ -271,7 +272,11 @@ class Settings(BaseSettings):
     store: StoreSettings = Field(default_factory=StoreSettings)
     coalesce: CoalesceSettings = Field(default_factory=CoalesceSettings)
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
-    engine_fallbacks: dict[EngineName, list[EngineName]] = Field(default_factory=dict)
+    engines: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Each engine plugin's own settings, by its name with ``-`` as ``_`` (``settings_key``): in the
+    environment ``FASTSLOW_ENGINES__<NAME>__<KEY>=value``, in the settings file ``[engines.<name>]``.
+    The plugin's ``settings`` model validates its namespace when the engine is built."""
+    engine_fallbacks: dict[str, list[str]] = Field(default_factory=dict)
     """System-1 engine -> the engines asked, in order, when it fails or its breaker is open, within the
     same budget: ``{"jev": ["embedded"]}``. The decision names the engine that answered; the task's
     thresholds apply to it as they are."""
@@ -281,12 +286,30 @@ class Settings(BaseSettings):
     """How long a replica trusts an API key it found live; a revocation empties every replica's cache
     at once. 0: no cache."""
 
+    @field_validator("engine")
+    @classmethod
+    def _installed(cls, name: str) -> str:
+        problem = unknown_engine(name)
+        if problem is not None:
+            raise ValueError(problem)
+        return name
+
+    @field_validator("engines")
+    @classmethod
+    def _namespaces(cls, namespaces: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        # The environment gives lower-case keys without "-"; a settings file may spell the name as is.
+        return {settings_key(name): values for name, values in namespaces.items()}
+
     @field_validator("engine_fallbacks")
     @classmethod
-    def _chains_name_others(cls, chains: dict[EngineName, list[EngineName]]) -> dict[EngineName, list[EngineName]]:
+    def _chains_name_others(cls, chains: dict[str, list[str]]) -> dict[str, list[str]]:
         for primary, fallbacks in chains.items():
             if primary in fallbacks or len(set(fallbacks)) != len(fallbacks):
                 raise ValueError(f"{primary}: a fallback chain names each engine once, and not the engine itself")
+            for name in (primary, *fallbacks):
+                problem = unknown_engine(name)
+                if problem is not None:
+                    raise ValueError(problem)
         return chains
 
     @classmethod

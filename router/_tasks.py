@@ -14,7 +14,6 @@ from typing import Any, Literal, TypeAlias
 from ._decisions import Calibration, CheckAction, OnFailure, Thresholds
 from ._engine import ReadOptions
 from ._questions import Choice, Noul, Question
-from ._settings import EngineName
 
 __all__ = [
     "CheckTask",
@@ -67,8 +66,8 @@ class TaskCommon:
     """Settings every task kind has."""
 
     name: str
-    engine: EngineName | None = None
-    """The System-1 engine; the settings' default when ``None``."""
+    engine: str | None = None
+    """The System-1 engine (a shipped ``EngineName`` or an installed plugin's); the settings' default when ``None``."""
     read: ReadOptions = field(default_factory=ReadOptions)
     escalate_to: str | None = None
     """System-2 model reference such as ``openai:gpt-5.5``; ``None`` for the default one."""

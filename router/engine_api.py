@@ -20,6 +20,10 @@ implements ``ChatEngine``. The kernel's types an engine takes or gives (question
 
 User text reaches an engine only after ``neutralise``; model thoughts never leave an engine
 (``strip_thoughts``).
+
+An engine shipped outside fastslow is an ``EnginePlugin`` registered in the ``fastslow.engines``
+entry-point group (``ENGINE_GROUP``), written for one ``ENGINE_API_VERSION`` (docs/architecture.md,
+"Writing an engine plugin").
 """
 
 from ._answers import Answer, EngineReply, NoAnswer, Signals, Usage, normalise_distribution
@@ -49,6 +53,7 @@ from ._errors import (
     failure_summary,
 )
 from ._fallback import FallbackChatEngine, FallbackEngine
+from ._plugins import ENGINE_GROUP, EngineContext, EnginePlugin, plugin_engines, settings_key
 from ._questions import (
     MAX_STATE_CHARS,
     NOUL_OPTIONS,
@@ -83,8 +88,14 @@ from ._work import (
     run_blocking,
 )
 
+ENGINE_API_VERSION = 1
+"""The version of this surface an ``EnginePlugin`` declares (``api_version``); fastslow refuses a plugin
+written for another one. It changes when a change here would break an engine written for the last."""
+
 __all__ = [
     "CONTROL_STRINGS",
+    "ENGINE_API_VERSION",
+    "ENGINE_GROUP",
     "MAX_STATE_CHARS",
     "NOUL_OPTIONS",
     "THOUGHT_TASK",
@@ -105,9 +116,11 @@ __all__ = [
     "ConfigError",
     "Deadline",
     "DecisionEngine",
+    "EngineContext",
     "EngineError",
     "EngineHTTPError",
     "EngineLimits",
+    "EnginePlugin",
     "EngineProtocolError",
     "EngineReply",
     "EngineTimeout",
@@ -155,12 +168,14 @@ __all__ = [
     "neutralise_text",
     "normalise_distribution",
     "parse_systemone_request",
+    "plugin_engines",
     "question_from_wire",
     "question_to_wire",
     "questions_from_wire",
     "render_systemone_reply",
     "request_scope",
     "run_blocking",
+    "settings_key",
     "split_and_ask",
     "strip_thoughts",
     "validate_state",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from fastslow.router import EngineName, EngineSource, EngineTimeout, Image, PolicySet, Question, ReadOptions, State
+from fastslow.router import EngineSource, EngineTimeout, Image, PolicySet, Question, ReadOptions, State
 from fastslow.router.engine_api import CoalescingEngine, DecisionEngine, EngineLimits, EngineReply, FairGate
 from fastslow.router.settings import LimitsSettings
 
@@ -67,13 +67,13 @@ class GatedEngines:
         default: the engine a task without one uses (``Settings.engine``).
     """
 
-    def __init__(self, inner: EngineSource, limits: LimitsSettings, *, default: EngineName) -> None:
+    def __init__(self, inner: EngineSource, limits: LimitsSettings, *, default: str) -> None:
         self._inner = inner
         self._limits = limits
         self._default = default
         self._gates: dict[str, FairGate] = {}
 
-    def gate(self, name: EngineName | None) -> FairGate:
+    def gate(self, name: str | None) -> FairGate:
         """The gate of engine ``name`` (the default engine when ``None``)."""
         engine = name or self._default
         gate = self._gates.get(engine)
@@ -83,7 +83,7 @@ class GatedEngines:
             gate = self._gates[engine] = FairGate(engine, capacity=capacity, queue=self._limits.engine_queue)
         return gate
 
-    def engine_for(self, name: EngineName | None, policy: PolicySet) -> DecisionEngine:
+    def engine_for(self, name: str | None, policy: PolicySet) -> DecisionEngine:
         engine = self._inner.engine_for(name, policy)
         if isinstance(engine, CoalescingEngine):
             return engine.via(_GatedEngine(engine.inner, self.gate(name)))

@@ -36,7 +36,7 @@ from pydantic import BaseModel, Field
 from fastslow.engines import EnginePool
 from fastslow.engines.chat import Frontier
 from fastslow.policies import PolicyStore
-from fastslow.router import ConfigError, EngineError, EngineName, PolicySet, Router
+from fastslow.router import ConfigError, EngineError, PolicySet, Router
 from fastslow.router.engine_api import DecisionEngine
 
 from .deps import ServicesDep
@@ -138,7 +138,7 @@ async def readyz(services: ServicesDep) -> JSONResponse:
     policy = runtime.router.policy
     settings = services.settings
     default = settings.engine
-    chains: dict[EngineName, list[EngineName]] = {
+    chains: dict[str, list[str]] = {
         name: [name, *settings.engine_fallbacks.get(name, [])]
         for name in {task.engine or default for task in policy.tasks.values()} | {default}
     }
@@ -171,7 +171,7 @@ async def readyz(services: ServicesDep) -> JSONResponse:
     return JSONResponse(body, status_code=200 if ready else 503)
 
 
-async def _engine_up(engines: EnginePool, name: EngineName, policy: PolicySet, breakers: dict[str, str]) -> bool:
+async def _engine_up(engines: EnginePool, name: str, policy: PolicySet, breakers: dict[str, str]) -> bool:
     if breakers.get(name) == "open":  # failing fast: this replica's engine cannot answer now
         return False
     try:

@@ -17,14 +17,14 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast, get_args
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 
 if TYPE_CHECKING:
     from fastslow.api.store import DecisionStore
     from fastslow.policies import PolicySource
-    from fastslow.router import EngineName, Settings
+    from fastslow.router import Settings
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -62,17 +62,19 @@ def fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-def check_engine(engine: str | None) -> EngineName | None:
-    """A command's ``--engine``, checked against the engines the settings know; a bad one is one line."""
-    from fastslow.router import EngineName
+def check_engine(engine: str | None) -> str | None:
+    """A command's ``--engine``, checked against the installed engines (shipped or a plugin's); a bad one is one line."""
+    from fastslow.router import installed_engines
 
-    names: tuple[str, ...] = get_args(EngineName)
-    if engine is not None and engine not in names:
-        fail(f"--engine: unknown engine {engine!r}; expected one of {', '.join(names)}", EXIT_BAD_INPUT)
-    return cast("EngineName | None", engine)
+    if engine is not None and engine not in (names := installed_engines()):
+        fail(
+            f"--engine: unknown engine {engine!r}; expected one of the installed engines: {', '.join(names)}",
+            EXIT_BAD_INPUT,
+        )
+    return engine
 
 
-def load_settings(engine: EngineName | None = None, examples: Path | None = None) -> Settings:
+def load_settings(engine: str | None = None, examples: Path | None = None) -> Settings:
     """The settings, with a command's ``--engine`` and ``--examples`` applied; a bad one is one line."""
     from fastslow.router import get_settings
 

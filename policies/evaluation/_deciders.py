@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from langchain_core.messages import BaseMessage
 
-from fastslow.router import CheckResult, Decision, EngineName, PolicySet, Question, State, ToolCall
+from fastslow.router import CheckResult, Decision, PolicySet, Question, State, ToolCall
 from fastslow.router.engine_api import EngineReply
 
 __all__ = ["Deciders", "RowEngine", "TaskRouter", "TrainingTexts"]
@@ -51,7 +51,7 @@ class Deciders(Protocol):
         """The policy file as the router will load it, so rows are read against the tasks that run them."""
         ...
 
-    def learns(self, engine: EngineName) -> bool:
+    def learns(self, engine: str) -> bool:
         """Whether ``engine`` is trained on examples (its training rows are then never scored)."""
         ...
 
