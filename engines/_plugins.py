@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from fastslow.router import ConfigError, installed_engines
 from fastslow.router.engine_api import (
     ENGINE_API_VERSION,
+    ConfigError,
     DecisionEngine,
     EngineContext,
+    installed_engines,
     plugin_engines,
     settings_key,
 )

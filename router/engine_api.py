@@ -53,7 +53,7 @@ from ._errors import (
     failure_summary,
 )
 from ._fallback import FallbackChatEngine, FallbackEngine
-from ._plugins import ENGINE_GROUP, EngineContext, EnginePlugin, plugin_engines, settings_key
+from ._plugins import ENGINE_GROUP, EngineContext, EnginePlugin, installed_engines, plugin_engines, settings_key
 from ._questions import (
     MAX_STATE_CHARS,
     NOUL_OPTIONS,
@@ -163,6 +163,7 @@ __all__ = [
     "failure_log_level",
     "failure_summary",
     "gather_all",
+    "installed_engines",
     "may_retry",
     "neutralise",
     "neutralise_text",

@@ -63,7 +63,7 @@ def fail(message: str, code: int) -> NoReturn:
 
 
 def check_engine(engine: str | None) -> str | None:
-    """A command's ``--engine``, checked against the installed engines (shipped or a plugin's); a bad one is one line."""
+    """A command's ``--engine``, checked against the installed engines, a plugin's too; a bad one is one line."""
     from fastslow.router import installed_engines
 
     if engine is not None and engine not in (names := installed_engines()):

@@ -46,7 +46,8 @@ def decide(
         str, typer.Argument(help="Jev /v1/systemone request body: a file, or - for stdin; *.jsonl: JSON Lines.")
     ] = "-",
     engine: Annotated[
-        str | None, typer.Option(help="Engine to use: embedded, sparrow, examples, jev, openai-decisions, logprob, or a plugin's.")
+        str | None,
+        typer.Option(help="Engine to use: embedded, sparrow, examples, jev, openai-decisions, logprob, or a plugin's."),
     ] = None,
     examples: Annotated[
         Path | None, typer.Option(help="Examples file (JSON/YAML) for the example-trained engine.")

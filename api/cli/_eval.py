@@ -58,7 +58,8 @@ def eval_command(
     policy: Annotated[Path | None, typer.Option(help="Policy file whose tasks the rows name.")] = None,
     task: Annotated[str | None, typer.Option(help="Run every row as this policy task.")] = None,
     engine: Annotated[
-        str | None, typer.Option(help="Engine to use: embedded, sparrow, examples, jev, openai-decisions, logprob, or a plugin's.")
+        str | None,
+        typer.Option(help="Engine to use: embedded, sparrow, examples, jev, openai-decisions, logprob, or a plugin's."),
     ] = None,
     examples: Annotated[
         Path | None, typer.Option(help="Examples file (JSON/YAML) for the example-trained engine.")
