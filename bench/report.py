@@ -47,6 +47,7 @@ from fastslow.api import evaluate  # noqa: E402
 from fastslow.router import EmbeddedSettings, EngineName, Settings  # noqa: E402
 
 from _data import Bench as DataBench  # noqa: E402
+from _data import embedding_cache_dir  # noqa: E402
 from _data import log as _log  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -103,7 +104,7 @@ class Bench(DataBench):
         settings = Settings(
             engine=config.engine,
             data_dir=self.work / "state",
-            embedded=EmbeddedSettings(embedder=config.embedder),  # type: ignore[arg-type]
+            embedded=EmbeddedSettings(embedder=config.embedder, cache_dir=embedding_cache_dir()),  # type: ignore[arg-type]
         )
         started = time.monotonic()
         await evaluate(data, out, settings=settings, policy=policy, task=task, progress=False, concurrency=4)
