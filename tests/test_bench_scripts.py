@@ -144,6 +144,7 @@ def test_the_learning_simulation_escalates_less_as_system_1_learns(shared_data: 
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("timing")  # a deadline that must expire, and throughput
 def test_the_abuse_bench_quick_mode(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH / "abuse.py"), "--quick"],
@@ -202,6 +203,7 @@ def test_the_coalesce_quick_mode_sends_few_requests_for_many_callers(tmp_path: P
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("timing")  # a deadline that must expire, and throughput
 def test_the_http_service_quick_mode_measures_fastslow_beside_a_bare_route(tmp_path: Path) -> None:
     command = [sys.executable, str(BENCH / "http_service.py"), "--quick", "--out", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=600, cwd=tmp_path)

@@ -42,6 +42,9 @@ from fastslow.router.engine_api import Abandoned, StopToken
 from fakes.api_server import EXAMPLE_POLICY, RunningApi, api_client, running_api, test_settings
 from fakes.slow_server import Mode, running_slow_server
 
+# Wall-clock and CPU bounds: kept in one xdist group, so two of them never run at once.
+pytestmark = pytest.mark.xdist_group("timing")
+
 QUESTION = {
     "topic": Choice(
         criteria={"billing": "charges and invoices", "shell": "running commands", "weather": "rain and sun"},
