@@ -35,6 +35,7 @@ __all__ = [
     "coverage_curve",
     "data_dir",
     "ece",
+    "embedding_cache_dir",
     "log",
     "prompt_injections",
     "read_jsonl",
@@ -56,6 +57,17 @@ class DataMissing(Exception):
 def data_dir(override: str | None = None) -> Path:
     """The shared data folder: ``override``, else ``$FASTSLOW_SHARED_DATA``, else ``../shared/data``."""
     return Path(override or os.environ.get("FASTSLOW_SHARED_DATA") or REPO_ROOT.parent / "shared" / "data")
+
+
+def embedding_cache_dir() -> Path | None:
+    """``$FASTSLOW_EMBEDDED__CACHE_DIR``, where fastslow keeps example embeddings and trained heads, if set.
+
+    The benchmarks' runs then reuse what an earlier run embedded and trained (an embedding or a
+    head is the same read back as computed, so the figures are too); unset, each run's work folder
+    has its own cache.
+    """
+    value = os.environ.get("FASTSLOW_EMBEDDED__CACHE_DIR")
+    return Path(value) if value else None
 
 
 def _need(path: Path) -> Path:

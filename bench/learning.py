@@ -53,7 +53,7 @@ from fastslow.router import PolicySet, Router, RouteTask, Settings, Thresholds  
 from fastslow.router.engine_api import ChatResult  # noqa: E402
 from fastslow.router.settings import EmbeddedSettings  # noqa: E402
 
-from _data import Bench, log, read_jsonl, wilson  # noqa: E402
+from _data import Bench, embedding_cache_dir, log, read_jsonl, wilson  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = Path(os.environ.get("FASTSLOW_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -200,7 +200,7 @@ async def simulate(args: argparse.Namespace) -> dict[str, Any]:
     tuning, held_out = _split(validation, args.seed)
 
     settings = Settings(engine="embedded", data_dir=work / "state", embedded=EmbeddedSettings(embedder=args.embedder))
-    models = EmbeddedModels(settings.embedded, cache_dir=args.work / "cache")
+    models = EmbeddedModels(settings.embedded, cache_dir=embedding_cache_dir() or args.work / "cache")
     pool = EnginePool(settings, models=models)
     store = await DecisionStore.open(f"sqlite+aiosqlite:///{work / 'log.sqlite3'}")
     learner = Learner(store, pool, policy, max_wait_s=3600.0)

@@ -59,7 +59,7 @@ from fastslow.policies.evaluation import Prediction, percentiles, read_predictio
 from fastslow.router import Router, Settings  # noqa: E402
 from fastslow.router.settings import EmbeddedSettings, System2Settings  # noqa: E402
 
-from _data import Bench, log, read_jsonl, wilson, write_jsonl  # noqa: E402
+from _data import Bench, embedding_cache_dir, log, read_jsonl, wilson, write_jsonl  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = Path(os.environ.get("FASTSLOW_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -226,6 +226,7 @@ class Runs:
                 open_set_rate=open_set_rate,
                 background=background,
                 head=head,  # type: ignore[arg-type]
+                cache_dir=embedding_cache_dir(),
             ),
             # No System 2: an escalated decision stays unresolved, and nothing leaves the machine.
             system2=System2Settings(default="local:none", local_base_url=None),

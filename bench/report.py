@@ -48,6 +48,7 @@ from fastslow.router import EngineName, Settings  # noqa: E402
 from fastslow.router.settings import EmbeddedSettings  # noqa: E402
 
 from _data import Bench as DataBench  # noqa: E402
+from _data import embedding_cache_dir  # noqa: E402
 from _data import log as _log  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,7 +105,7 @@ class Bench(DataBench):
         settings = Settings(
             engine=config.engine,
             data_dir=self.work / "state",
-            embedded=EmbeddedSettings(embedder=config.embedder),  # type: ignore[arg-type]
+            embedded=EmbeddedSettings(embedder=config.embedder, cache_dir=embedding_cache_dir()),  # type: ignore[arg-type]
         )
         started = time.monotonic()
         await evaluate(data, out, settings=settings, policy=policy, task=task, progress=False, concurrency=4)

@@ -52,7 +52,7 @@ from fastslow.router import (  # noqa: E402
     Task,
 )
 
-from _data import Bench, log, read_jsonl, wilson, write_jsonl  # noqa: E402
+from _data import Bench, embedding_cache_dir, log, read_jsonl, wilson, write_jsonl  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = Path(os.environ.get("FASTSLOW_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -69,7 +69,7 @@ def _settings(work: Path, embedder: str) -> Settings:
     return Settings(
         engine="embedded",
         data_dir=work / "state",
-        embedded=EmbeddedSettings(embedder=embedder),  # type: ignore[arg-type]
+        embedded=EmbeddedSettings(embedder=embedder, cache_dir=embedding_cache_dir()),  # type: ignore[arg-type]
         system2=System2Settings(default="local:none", local_base_url=None),
     )
 

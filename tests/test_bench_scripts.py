@@ -1,4 +1,10 @@
-"""The benchmark scripts' quick modes run end to end and end with one JSON object (slow, data-backed)."""
+"""The benchmark scripts' quick modes run end to end and end with one JSON object (slow, data-backed).
+
+Each script runs as a script, in its own process. The session's embedding cache
+(``FASTSLOW_EMBEDDED__CACHE_DIR``, which the processes inherit) keeps what one run embedded and
+trained for the next: the report's quick mode runs quality.py's, so the quality test after it
+trains no head.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 @pytest.mark.data
 @pytest.mark.slow
+@pytest.mark.xdist_group("quality-quick")  # the second of these two reads the first one's heads from the cache
 def test_the_report_quick_mode_writes_the_report_and_one_json_line(shared_data: Path, tmp_path: Path) -> None:
     command = [
         sys.executable,
@@ -41,6 +48,7 @@ def test_the_report_quick_mode_writes_the_report_and_one_json_line(shared_data: 
 
 @pytest.mark.data
 @pytest.mark.slow
+@pytest.mark.xdist_group("quality-quick")  # the second of these two reads the first one's heads from the cache
 def test_the_quality_quick_mode_measures_every_target_and_ends_with_one_json_line(
     shared_data: Path, tmp_path: Path
 ) -> None:
@@ -144,6 +152,7 @@ def test_the_learning_simulation_escalates_less_as_system_1_learns(shared_data: 
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("timing")  # a deadline that must expire, and throughput
 def test_the_abuse_bench_quick_mode(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH / "abuse.py"), "--quick"],
@@ -202,6 +211,7 @@ def test_the_coalesce_quick_mode_sends_few_requests_for_many_callers(tmp_path: P
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("timing")  # a deadline that must expire, and throughput
 def test_the_http_service_quick_mode_measures_fastslow_beside_a_bare_route(tmp_path: Path) -> None:
     command = [sys.executable, str(BENCH / "http_service.py"), "--quick", "--out", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=600, cwd=tmp_path)

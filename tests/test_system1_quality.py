@@ -10,7 +10,7 @@ import csv
 import json
 import logging
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +20,7 @@ from fastslow.engines.embedded import EmbeddingCache, ExampleEngine, examples_fr
 from fastslow.engines.embedded._embedders import Embedder
 from fastslow.engines.embedded._reading import CHECK_READ_CHARS, check_windows, ends, squash
 from fastslow.router import Choice, Noul
+from fastslow.router.engine_api import StopToken
 
 ROUTES = {
     # A few phrasings of each case, as real example sets have: the open-set score measures how
@@ -158,6 +159,33 @@ def _mt_bench(root: Path) -> list[str]:
     return [json.loads(line)["turns"][0] for line in lines if line.strip()]
 
 
+@pytest.fixture(scope="module")
+def injection_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache for the injection rule's tests: its examples are embedded and its head trained once."""
+    return tmp_path_factory.mktemp("injection-cache")
+
+
+class _Remembering:
+    """``embedder`` remembering the texts it embedded: the documents with an injection in the middle
+    share their first half of windows with the clean one. e5 embeds a text the same alone or in any
+    batch, so the figures are those of embedding every window afresh."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.inner = embedder
+        self.name, self.model_id, self.dim = embedder.name, embedder.model_id, embedder.dim
+        self._seen: dict[str, np.ndarray] = {}
+
+    @property
+    def texts_embedded(self) -> int:
+        return self.inner.texts_embedded
+
+    def embed(self, texts: Sequence[str], *, stop: StopToken | None = None) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._seen]
+        if missing:
+            self._seen.update(zip(missing, self.inner.embed(missing, stop=stop), strict=True))
+        return np.array([self._seen[t] for t in texts], dtype=np.float32).reshape(len(texts), self.dim)
+
+
 def _injection_engine(root: Path, embedder: Embedder, cache: Path, *, background: bool) -> ExampleEngine:
     rows = [(text, label) for split, text, label in _injections(root) if split == "train"]  # type: ignore[misc]
     examples = {"yes": [t for t, y in rows if y == "1"], "no": [t for t, y in rows if y == "0"]}
@@ -176,13 +204,13 @@ def _p_yes(engine: ExampleEngine, texts: list[str]) -> np.ndarray:
 @pytest.mark.data
 @pytest.mark.slow
 def test_background_negatives_stop_a_rule_flagging_ordinary_text(
-    shared_data: Path, embedder: Embedder, tmp_path: Path
+    shared_data: Path, embedder: Embedder, injection_cache: Path
 ) -> None:
     benign = _mt_bench(shared_data)
     held_out = [(t, y) for split, t, y in _injections(shared_data) if split == "test"]  # type: ignore[misc]
     injections = [t for t, y in held_out if y == "1"]
-    with_background = _injection_engine(shared_data, embedder, tmp_path, background=True)
-    without = _injection_engine(shared_data, embedder, tmp_path, background=False)
+    with_background = _injection_engine(shared_data, embedder, injection_cache, background=True)
+    without = _injection_engine(shared_data, embedder, injection_cache, background=False)
     flagged_with = float((_p_yes(with_background, benign) > 0.5).mean())
     flagged_without = float((_p_yes(without, benign) > 0.5).mean())
     # Against its own short negatives alone the rule flags ordinary questions; with the background it does not.
@@ -192,8 +220,10 @@ def test_background_negatives_stop_a_rule_flagging_ordinary_text(
 
 @pytest.mark.data
 @pytest.mark.slow
-def test_an_injection_hidden_in_a_long_document_is_found(shared_data: Path, embedder: Embedder, tmp_path: Path) -> None:
-    engine = _injection_engine(shared_data, embedder, tmp_path, background=True)
+def test_an_injection_hidden_in_a_long_document_is_found(
+    shared_data: Path, embedder: Embedder, injection_cache: Path
+) -> None:
+    engine = _injection_engine(shared_data, _Remembering(embedder), injection_cache, background=True)
     utterances = [t for t, _ in json.loads((shared_data / "clinc150" / "data_full.json").read_text())["test"]]
     random.Random(0).shuffle(utterances)
     document = ". ".join(utterances[:400])[:20_000]  # a long, benign conversation log

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ._head import SoftmaxHead, _fit_temperature, _folds, _log_loss, _train, fit_head
+from ._head import SoftmaxHead, _fit_temperature, _folds, _log_loss, _train, fit_head, one_blas_thread
 
 __all__ = ["AdaptedHead", "fit_adapted_head"]
 
@@ -53,6 +53,7 @@ def _unit(x: F64) -> F64:
     return out
 
 
+@one_blas_thread()
 def fit_projection(x: F64, y: NDArray[np.intp], *, steps: int = STEPS, seed: int = 0) -> F64:
     """A ``(d, d)`` map trained by Adam on the supervised contrastive loss, from the identity.
 
@@ -160,6 +161,7 @@ class AdaptedHead:
         )
 
 
+@one_blas_thread()
 def fit_adapted_head(
     x: NDArray[np.floating],
     labels: Sequence[str],
