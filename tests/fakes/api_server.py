@@ -28,6 +28,8 @@ from fastslow.api.app import RateLimit, create_app
 from fastslow.api.store import DecisionStore, database_url_for
 from fastslow.router import Settings
 
+from fakes.embedded import first_build
+
 __all__ = [
     "REPO",
     "SEEN_RESPONSES",
@@ -44,7 +46,8 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_POLICY = REPO / "examples" / "policy.yaml"
-STARTUP_TIMEOUT_S = 120.0
+STARTUP_TIMEOUT_S = 300.0
+"""Room for a cold start: the first server of a run trains the example heads, beside another worker."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,15 +184,17 @@ def running_api(settings: Settings, *, rate_limit: RateLimit | None = None) -> I
     # imported, whose deprecation warnings are errors here); host and port come from the socket.
     server = uvicorn.Server(server_config(app, settings, log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="api-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            thread.join(timeout=10)
-            sock.close()
-            raise RuntimeError("the API server did not start; see the log above")
-        time.sleep(0.02)
+    # The first start of a worker may train the heads; another worker starting then waits and loads them.
+    with first_build(settings.embedded.cache_dir):
+        thread.start()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                server.should_exit = True
+                thread.join(timeout=60)
+                sock.close()
+                raise RuntimeError("the API server did not start; see the log above")
+            time.sleep(0.02)
     try:
         yield RunningApi(url=f"http://127.0.0.1:{port}", settings=settings, server=server)
     finally:
