@@ -285,6 +285,7 @@ FLOODS = {
 
 
 @pytest.mark.parametrize("name", sorted(FLOODS))
+@pytest.mark.xdist_group("timing")  # a wall-clock assertion
 def test_floods_finish_quickly(name: str) -> None:
     text = FLOODS[name]
     started = time.perf_counter()
