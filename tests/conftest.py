@@ -124,18 +124,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def _embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One embedding cache (and trained-head store) for the whole run, every xdist worker included.
 
-    The cache writes each entry atomically, so workers can share it; ``fakes.embedded.first_build``
-    lets one of them train the heads while the others wait and then load them.
+    Set in the environment for the whole session, not only inside each test: a module-scoped server
+    starts before its first test's settings fixture, and would otherwise embed and train into the
+    user's own cache. The cache writes each entry atomically, so workers can share it;
+    ``fakes.embedded.first_build`` lets one of them train the heads while the others wait and load.
     """
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # Each worker's base temp is <run>/popen-gwN; the run's folder is the same for all of them.
-        shared = tmp_path_factory.getbasetemp().parent / "embeddings"
-        shared.mkdir(exist_ok=True)
-        return shared
-    return tmp_path_factory.mktemp("embeddings")
+        cache = tmp_path_factory.getbasetemp().parent / "embeddings"
+        cache.mkdir(exist_ok=True)
+    else:
+        cache = tmp_path_factory.mktemp("embeddings")
+    with pytest.MonkeyPatch.context() as session_env:
+        session_env.setenv("FASTSLOW_EMBEDDED__CACHE_DIR", str(cache))
+        yield cache
 
 
 @pytest.fixture(autouse=True)

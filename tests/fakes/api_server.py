@@ -10,7 +10,10 @@ the canary scan reads: nothing a test saw over HTTP escapes it.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -25,7 +28,7 @@ import yaml
 
 from fastslow.api._server import server_config
 from fastslow.api.app import RateLimit, create_app
-from fastslow.api.store import DecisionStore, database_url_for
+from fastslow.api.store import DecisionStore, database_url_for, upgrade
 from fastslow.router import Settings
 
 from fakes.embedded import first_build
@@ -132,13 +135,39 @@ def test_policy(directory: Path, *, split_checks: bool = True) -> Path:
 test_policy.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
 
 
+_TEMPLATE: Path | None = None
+_TEMPLATE_LOCK = threading.Lock()
+
+
+def _migrated_template() -> Path:
+    """An empty decision log at the newest migration, built once per test process."""
+    global _TEMPLATE
+    with _TEMPLATE_LOCK:
+        if _TEMPLATE is None:
+            folder = Path(tempfile.mkdtemp(prefix="fastslow-log-template-"))
+            atexit.register(shutil.rmtree, folder, True)
+            upgrade(f"sqlite+aiosqlite:///{folder / 'fastslow.sqlite3'}")
+            _TEMPLATE = folder / "fastslow.sqlite3"
+        return _TEMPLATE
+
+
 def test_settings(tmp_path: Path, **updates: Any) -> Settings:
-    """Settings for one test server: data under ``tmp_path``, ``test_policy`` unless told otherwise."""
+    """Settings for one test server: data under ``tmp_path``, ``test_policy`` unless told otherwise.
+
+    The server's SQLite log starts as a copy of an already migrated empty one, so that its start
+    (and ``new_key``) finds nothing to migrate instead of running every migration again.
+    """
     base: dict[str, Any] = {"data_dir": tmp_path / "data"}
     if "policy_file" not in updates:
         base["policy_file"] = test_policy(tmp_path)
     base.update(updates)
-    return Settings(**base)
+    settings = Settings(**base)
+    if not settings.database_url:  # the file database_url_for(settings) names
+        log = settings.resolved_data_dir().expanduser().resolve() / "fastslow.sqlite3"
+        if not log.exists():
+            log.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(_migrated_template(), log)
+    return settings
 
 
 test_settings.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
