@@ -6,7 +6,7 @@ STAMP := $(VENV)/.fastslow-installed
 MODULES := $(VENV)/.fastslow-modules
 PACKAGES := router engines policies graphs api
 
-.PHONY: install langgraph run test lint bench FORCE
+.PHONY: install langgraph run test test-fast lint bench FORCE
 
 # The editable install is strict: it links each package file into build/__editable__.*, which
 # mypy can read as fastslow.*, but a module added (or removed) after the install stays invisible
@@ -52,9 +52,20 @@ run: install
 	$(BIN)/fastslow serve
 
 # pytest's own script, not `python -m pytest`, which would put the repository root on sys.path.
-# tests/test_langgraph_server.py runs `langgraph dev` from .venv-langgraph.
+# tests/test_langgraph_server.py runs `langgraph dev` from .venv-langgraph. The suite runs on
+# $(TEST_WORKERS) pytest-xdist workers (CI's machine has two cores; `make test TEST_WORKERS=auto`
+# takes one per core), a test's xdist_group on one worker, and ends with the 25 slowest tests.
+# `make test-fast` is the unit tier: no servers, subprocesses or database files (tests/conftest.py
+# marks the rest `integration`), nothing marked `slow`. A plain `.venv/bin/pytest tests/x.py` still
+# runs one file in one process.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup --durations=25
+
 test: install langgraph
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_PARALLEL)
+
+test-fast: install
+	$(BIN)/pytest $(PYTEST_PARALLEL) -m "not integration and not slow"
 
 lint: install
 	$(BIN)/ruff check .

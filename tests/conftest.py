@@ -1,7 +1,14 @@
-"""Shared fixtures: a guard against reaching real providers, settings isolation, the public data."""
+"""Shared fixtures: a guard against reaching real providers, settings isolation, the public data.
+
+Also the markers that say what a test needs (``pytest_collection_modifyitems``): ``integration`` on
+every test of a module that starts a server or a subprocess or opens a database file, and on every
+test given the ``database_url`` or ``postgres_schema_url`` fixture; ``postgres`` on those that reach
+PostgreSQL. ``make test-fast`` leaves the integration tier (and ``slow``) out.
+"""
 
 from __future__ import annotations
 
+import ast
 import ipaddress
 import os
 import socket
@@ -64,9 +71,76 @@ def _no_real_providers(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+# A module importing any of these starts a server (an in-process HTTP fake counts), a subprocess, or
+# opens a decision log or database file: its tests are in the integration tier.
+_INTEGRATION_IMPORTS = frozenset(
+    {
+        "subprocess",
+        "sqlite3",
+        "uvicorn",
+        "fakes.anthropic_server",
+        "fakes.api_server",
+        "fakes.canary",
+        "fakes.databases",
+        "fakes.jev_server",
+        "fakes.kill_target",
+        "fakes.openai_server",
+        "fakes.responses_server",
+        "fakes.slow_server",
+        "fastslow.api.app",
+        "fastslow.api.cli",
+        "fastslow.api.store",
+        "langgraph.checkpoint.sqlite",
+        "langgraph.checkpoint.sqlite.aio",
+    }
+)
+_DATABASE_FIXTURES = frozenset({"database_url", "postgres_schema_url"})
+_integration_modules: dict[Path, bool] = {}
+
+
+def _imports_integration(path: Path) -> bool:
+    if path not in _integration_modules:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+                imported.update(f"{node.module}.{alias.name}" for alias in node.names)
+        _integration_modules[path] = not imported.isdisjoint(_INTEGRATION_IMPORTS)
+    return _integration_modules[path]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what each test needs: ``integration`` (servers, subprocesses, real databases), ``postgres``."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "postgres_schema_url" in names or params.get("database_url") == "postgresql":
+            item.add_marker(pytest.mark.postgres)
+        if names & _DATABASE_FIXTURES or _imports_integration(item.path):
+            item.add_marker(pytest.mark.integration)
+
+
 @pytest.fixture(scope="session")
-def _embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("embeddings")
+def _embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One embedding cache (and trained-head store) for the whole run, every xdist worker included.
+
+    Set in the environment for the whole session, not only inside each test: a module-scoped server
+    starts before its first test's settings fixture, and would otherwise embed and train into the
+    user's own cache. The cache writes each entry atomically, so workers can share it;
+    ``fakes.embedded.first_build`` lets one of them train the heads while the others wait and load.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Each worker's base temp is <run>/popen-gwN; the run's folder is the same for all of them.
+        cache = tmp_path_factory.getbasetemp().parent / "embeddings"
+        cache.mkdir(exist_ok=True)
+    else:
+        cache = tmp_path_factory.mktemp("embeddings")
+    with pytest.MonkeyPatch.context() as session_env:
+        session_env.setenv("FASTSLOW_EMBEDDED__CACHE_DIR", str(cache))
+        yield cache
 
 
 @pytest.fixture(autouse=True)

@@ -69,6 +69,7 @@ def test_the_adapted_head_gives_distributions_and_survives_the_store() -> None:
     assert fit_adapted_head(x[[0, 10, 11]], ["a", "b"], np.array([0, 1, 1])) is None
 
 
+@pytest.mark.slow  # trains heads: out of make test-fast
 def test_adaptation_beats_the_softmax_head_on_held_out_banking77_rows(shared_data: Path, tmp_path: Path) -> None:
     """Ten examples per intent from the training split, judged on 400 other training rows (never the test split)."""
     with (shared_data / "banking77" / "train.csv").open(encoding="utf-8") as fh:
@@ -99,6 +100,7 @@ def test_adaptation_beats_the_softmax_head_on_held_out_banking77_rows(shared_dat
 
 
 @pytest.mark.parametrize("adapted_loss", [-1.0, 99.0])
+@pytest.mark.slow  # trains heads: out of make test-fast
 def test_the_head_with_the_lower_out_of_fold_loss_answers(
     adapted_loss: float, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -117,6 +119,7 @@ def test_the_head_with_the_lower_out_of_fold_loss_answers(
     assert isinstance(engine.trained["support"].head, expected)
 
 
+@pytest.mark.slow  # trains heads: out of make test-fast
 def test_the_head_setting_chooses_the_head_and_keys_the_store(tmp_path: Path) -> None:
     examples = examples_from_mapping({"questions": {"support": {"examples": ROUTES}}}, source="test")
     embedder = load_embedder("e5")

@@ -44,6 +44,9 @@ from fakes.api_server import (
     test_settings,
 )
 
+# Wall-clock assertions: kept on one xdist worker (make test), away from each other.
+pytestmark = pytest.mark.xdist_group("timing")
+
 HEADER_TIMEOUT_S = 3.0
 BODY_TIMEOUT_S = 1.0
 KEEP_ALIVE_S = 0.5

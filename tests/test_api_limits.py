@@ -25,6 +25,9 @@ from fakes.api_server import RunningApi, api_client, create_key, running_api, te
 from fakes.databases import postgres_schema_url  # noqa: F401  (fixture)
 from fakes.jev_server import Reply, running_jev_server
 
+# Wall-clock assertions: kept on one xdist worker (make test), away from each other.
+pytestmark = pytest.mark.xdist_group("timing")
+
 JSON = {"content-type": "application/json"}
 NOUL = {"type": "noul", "instructions": "Does the customer ask for a refund?"}
 DEPTH = LimitsSettings().max_depth

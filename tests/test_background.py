@@ -79,6 +79,7 @@ def test_background_is_large_and_varied() -> None:
 
 
 @pytest.mark.data
+@pytest.mark.slow  # reads every data set: out of make test-fast
 def test_background_is_disjoint_from_every_evaluation_source(shared_data: Path) -> None:
     evaluation = {_norm(t) for t in _evaluation_texts(shared_data)}
     assert len(evaluation) > 40_000  # every source was read

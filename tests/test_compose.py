@@ -27,6 +27,7 @@ def test_a_missing_policy_file_is_a_clear_config_error(tmp_path: Path) -> None:
     assert raised.value.key == "policy_file"
 
 
+@pytest.mark.slow  # trains heads: out of make test-fast
 async def test_the_shipped_policy_routes_offline_on_the_embedded_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FASTSLOW_POLICY_FILE", str(EXAMPLE))
     runtime = build_runtime(Settings())

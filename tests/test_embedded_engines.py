@@ -200,6 +200,7 @@ async def test_concurrent_calls_do_not_interfere(examples_engine: ExampleEngine)
     assert [r.answers["topic"].top for r in replies] == list(HELD_OUT.values())  # type: ignore[union-attr]
 
 
+@pytest.mark.slow  # trains heads: out of make test-fast
 async def test_engines_are_built_from_settings(tmp_path: Path) -> None:
     examples = REPO / "examples" / "support_examples.yaml"
     engine = await asyncio.to_thread(

@@ -100,6 +100,7 @@ async def test_a_normal_reply_is_answered(kind: str, gzip: bool) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.xdist_group("timing")  # a wall-clock assertion
 async def test_a_trickling_reply_times_out_at_the_deadline_and_its_connection_is_dropped(kind: str) -> None:
     with _serving(kind, "trickle") as server:
         engine = _engine(kind, server.url, timeout_s=1.0)
@@ -145,6 +146,7 @@ async def test_one_failed_read_of_several_stops_the_others_at_once() -> None:
 
 @pytest.mark.parametrize("mode", ["oversized", "oversized-chunked", "oversized-gzip"])
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.xdist_group("timing")  # a wall-clock assertion
 async def test_an_oversized_reply_is_refused_quickly_without_being_held_or_retried(kind: str, mode: Mode) -> None:
     with _serving(kind, mode) as server:
         engine = _engine(kind, server.url, timeout_s=30.0, max_retries=2)

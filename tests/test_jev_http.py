@@ -131,6 +131,7 @@ async def test_max_retries_is_honoured(server: JevFakeServer) -> None:
     assert len(server.requests) == 3
 
 
+@pytest.mark.xdist_group("timing")  # a wall-clock assertion
 async def test_503s_exhaust_the_budget_without_sleeping_past_it(server: JevFakeServer) -> None:
     server.script(*[Reply(503, {"error": "busy"}, {"retry-after-ms": "40"})] * 50)
     engine = JevEngine(Settings(base_url=server.url, profile="jev", timeout_s=0.3, max_retries=100))

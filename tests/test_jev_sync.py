@@ -172,6 +172,7 @@ def _jev_reply(path: str, body: bytes) -> tuple[int, bytes]:
     return 200, json.dumps(JEV_REPLY).encode()
 
 
+@pytest.mark.xdist_group("timing")  # a wall-clock assertion
 def test_a_trickling_reply_is_cut_off_within_one_read_of_the_deadline() -> None:
     with running_slow_server(_jev_reply, mode="trickle") as slow:
         engine = _engine(slow.url, budget=1.0)

@@ -285,6 +285,7 @@ FLOODS = {
 
 
 @pytest.mark.parametrize("name", sorted(FLOODS))
+@pytest.mark.xdist_group("timing")  # a wall-clock assertion
 def test_floods_finish_quickly(name: str) -> None:
     text = FLOODS[name]
     started = time.perf_counter()
@@ -340,6 +341,7 @@ def _walk_pairs(a: Any, b: Any) -> int:
     return depth
 
 
+@pytest.mark.slow  # 100,000 levels: out of make test-fast
 def test_a_list_nested_100000_deep_is_neutralised_without_recursion() -> None:
     deep: Any = ["<|im_start|>"]
     for _ in range(100_000):
@@ -352,6 +354,7 @@ def test_a_list_nested_100000_deep_is_neutralised_without_recursion() -> None:
     assert inner == ["\u2039|im_start|\u203a"]
 
 
+@pytest.mark.slow  # 100,000 levels: out of make test-fast
 def test_a_dict_nested_100000_deep_has_every_key_neutralised() -> None:
     deep: Any = {"leaf": ("<s>",)}
     for _ in range(100_000):

@@ -52,6 +52,7 @@ def test_kept_answer_agrees_with_the_router() -> None:
         assert kept_answer(probs, c, m, "none") == decision.outcome
 
 
+@pytest.mark.slow  # thousands of decisions: out of make test-fast
 def test_tuned_thresholds_meet_the_target_on_fresh_decisions() -> None:
     choice = tune_thresholds(_decisions(3000, 0), _decisions(3000, 1), target=0.9, level=0.95)
     assert choice.held_out.lower >= 0.9
@@ -72,6 +73,7 @@ def test_tune_refuses_too_few_decisions_and_says_how_many() -> None:
         tune_thresholds(_decisions(60, 0), _decisions(60, 1), target=0.97)
 
 
+@pytest.mark.slow  # thousands of decisions: out of make test-fast
 def test_bands_bound_false_denials_and_misses() -> None:
     rng = np.random.default_rng(0)
     benign = rng.beta(1, 6, 3000)

@@ -10,7 +10,10 @@ the canary scan reads: nothing a test saw over HTTP escapes it.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -25,8 +28,10 @@ import yaml
 
 from fastslow.api._server import server_config
 from fastslow.api.app import RateLimit, create_app
-from fastslow.api.store import DecisionStore, database_url_for
+from fastslow.api.store import DecisionStore, database_url_for, upgrade
 from fastslow.router import Settings
+
+from fakes.embedded import first_build
 
 __all__ = [
     "REPO",
@@ -44,7 +49,8 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_POLICY = REPO / "examples" / "policy.yaml"
-STARTUP_TIMEOUT_S = 120.0
+STARTUP_TIMEOUT_S = 300.0
+"""Room for a cold start: the first server of a run trains the example heads, beside another worker."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,13 +135,39 @@ def test_policy(directory: Path, *, split_checks: bool = True) -> Path:
 test_policy.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
 
 
+_TEMPLATE: Path | None = None
+_TEMPLATE_LOCK = threading.Lock()
+
+
+def _migrated_template() -> Path:
+    """An empty decision log at the newest migration, built once per test process."""
+    global _TEMPLATE
+    with _TEMPLATE_LOCK:
+        if _TEMPLATE is None:
+            folder = Path(tempfile.mkdtemp(prefix="fastslow-log-template-"))
+            atexit.register(shutil.rmtree, folder, True)
+            upgrade(f"sqlite+aiosqlite:///{folder / 'fastslow.sqlite3'}")
+            _TEMPLATE = folder / "fastslow.sqlite3"
+        return _TEMPLATE
+
+
 def test_settings(tmp_path: Path, **updates: Any) -> Settings:
-    """Settings for one test server: data under ``tmp_path``, ``test_policy`` unless told otherwise."""
+    """Settings for one test server: data under ``tmp_path``, ``test_policy`` unless told otherwise.
+
+    The server's SQLite log starts as a copy of an already migrated empty one, so that its start
+    (and ``new_key``) finds nothing to migrate instead of running every migration again.
+    """
     base: dict[str, Any] = {"data_dir": tmp_path / "data"}
     if "policy_file" not in updates:
         base["policy_file"] = test_policy(tmp_path)
     base.update(updates)
-    return Settings(**base)
+    settings = Settings(**base)
+    if not settings.database_url:  # the file database_url_for(settings) names
+        log = settings.resolved_data_dir().expanduser().resolve() / "fastslow.sqlite3"
+        if not log.exists():
+            log.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(_migrated_template(), log)
+    return settings
 
 
 test_settings.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
@@ -181,15 +213,17 @@ def running_api(settings: Settings, *, rate_limit: RateLimit | None = None) -> I
     # imported, whose deprecation warnings are errors here); host and port come from the socket.
     server = uvicorn.Server(server_config(app, settings, log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="api-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            thread.join(timeout=10)
-            sock.close()
-            raise RuntimeError("the API server did not start; see the log above")
-        time.sleep(0.02)
+    # The first start of a worker may train the heads; another worker starting then waits and loads them.
+    with first_build(settings.embedded.cache_dir):
+        thread.start()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                server.should_exit = True
+                thread.join(timeout=60)
+                sock.close()
+                raise RuntimeError("the API server did not start; see the log above")
+            time.sleep(0.02)
     try:
         yield RunningApi(url=f"http://127.0.0.1:{port}", settings=settings, server=server)
     finally:

@@ -1,13 +1,21 @@
-"""The embedded engine, for real, with a throw-away embedding cache (for the conformance suite)."""
+"""The embedded engine, for real, with a throw-away embedding cache (for the conformance suite).
+
+``first_build()`` guards the first engine build of each test process: under pytest-xdist the
+workers share one embedding cache, and the first worker to build trains the heads while the others
+wait on a file lock and then load them, instead of every worker training the same heads at once.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import fcntl
+import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -15,11 +23,40 @@ from fastslow.engines.embedded import EmbeddedEngine
 from fastslow.router.settings import EmbeddedSettings
 
 _CACHE_DIR: Path | None = None
+_BUILT = threading.Event()
+_FIRST = threading.Lock()
+
+
+@contextmanager
+def first_build(cache_dir: Path | None = None) -> Iterator[None]:
+    """Hold the shared cache's build lock for this process's first engine build; later builds pass."""
+    if _BUILT.is_set():
+        yield
+        return
+    directory = cache_dir or _session_cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    with _FIRST, (directory / ".first-build.lock").open("a") as lock:
+        if _BUILT.is_set():  # another thread of this process built meanwhile
+            yield
+            return
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            _BUILT.set()
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _session_cache_dir() -> Path:
-    """One cache per test process, so repeated engines reuse example embeddings; removed at exit."""
+    """The session's cache (tests/conftest.py sets it for every test), else one of this process's own.
+
+    Shared, repeated engines reuse example embeddings and trained heads; a cache of our own is
+    removed at exit.
+    """
     global _CACHE_DIR
+    shared = os.environ.get("FASTSLOW_EMBEDDED__CACHE_DIR")
+    if shared:
+        return Path(shared)
     if _CACHE_DIR is None:
         _CACHE_DIR = Path(tempfile.mkdtemp(prefix="fastslow-embeddings-"))
         atexit.register(shutil.rmtree, _CACHE_DIR, True)
@@ -35,9 +72,9 @@ async def running_embedded_engine(
 ) -> AsyncIterator[EmbeddedEngine]:
     """An ``EmbeddedEngine`` built from settings (zero-shot, or with ``examples``), closed afterwards."""
     settings = EmbeddedSettings(examples=examples, embedder=embedder)
-    engine = await asyncio.to_thread(
-        EmbeddedEngine.from_settings, settings, cache_dir=cache_dir or _session_cache_dir()
-    )
+    directory = cache_dir or _session_cache_dir()
+    with first_build(directory):
+        engine = await asyncio.to_thread(EmbeddedEngine.from_settings, settings, cache_dir=directory)
     try:
         yield engine
     finally:
