@@ -43,14 +43,8 @@ from fastslow.engines.chat import call_cost  # noqa: E402
 from fastslow.policies import load_policy  # noqa: E402
 from fastslow.policies.evaluation import Prediction, read_predictions  # noqa: E402
 from fastslow.policies.tuning import PolicyEditor, TooFewLabels, apply_fit, collect, kept_answer, tune  # noqa: E402
-from fastslow.router import (  # noqa: E402
-    ClassifyTask,
-    EmbeddedSettings,
-    RouteTask,
-    Settings,
-    System2Settings,
-    Task,
-)
+from fastslow.router import ClassifyTask, RouteTask, Settings, Task  # noqa: E402
+from fastslow.router.settings import EmbeddedSettings, System2Settings  # noqa: E402
 
 from _data import Bench, embedding_cache_dir, log, read_jsonl, wilson, write_jsonl  # noqa: E402
 

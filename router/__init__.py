@@ -73,10 +73,7 @@ from ._plugins import installed_engines
 from ._poll import polling
 from ._questions import Choice, Image, Noul, Question, QuestionKind, Score, State
 from ._router import ChatSource, CheckResult, DecisionSink, EngineSource, Incumbent, Router
-
-# ModelPrice's home is fastslow.router.settings; it stays here too while the tuning code reads it
-# from here (issue 28 moves that code).
-from ._settings import EngineName, ModelPrice, Settings, get_settings
+from ._settings import EngineName, Settings, get_settings
 from ._tasks import (
     CheckTask,
     ClassifyTask,
@@ -124,7 +121,6 @@ __all__ = [
     "InvalidRequest",
     "Isotonic",
     "Learn",
-    "ModelPrice",
     "NoAnswer",
     "Noul",
     "OnFailure",
@@ -179,6 +175,7 @@ _MOVED = {
             "LearningSettings",
             "LimitsSettings",
             "LogprobSettings",
+            "ModelPrice",
             "OpenAIDecisionsSettings",
             "ServerSettings",
             "StoreSettings",

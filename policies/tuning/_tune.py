@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from fastslow.router import CheckTask, ModelPrice, Settings, Task
+from fastslow.router import CheckTask, Settings, Task
+from fastslow.router.settings import ModelPrice
 
 from ._collect import Collected
 from ._fit import Fit, base_record, labelled
