@@ -5,12 +5,16 @@ so their shared options become one ``FitOptions``, checked once by ``run_fit``; 
 its own options, checked before, and the fit that uses them.
 """
 
+# The commands' shared parameters are declared for typer and read back by FitOptions.given from the
+# command's context, so the function bodies do not name them.
+# ruff: noqa: ARG001
+
 from __future__ import annotations
 
 import asyncio
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
@@ -58,6 +62,11 @@ class FitOptions:
     seed: int
     dry_run: bool
     progress: bool
+
+    @classmethod
+    def given(cls, command: Literal["calibrate", "tune"], ctx: typer.Context) -> FitOptions:
+        """The shared options as the running command was given them (its parameters carry their names)."""
+        return cls(command=command, **{f.name: ctx.params[f.name] for f in fields(cls) if f.name != "command"})
 
 
 def _check(options: FitOptions, samples: tuple[str, ...]) -> Settings:
@@ -185,6 +194,7 @@ _DRY_OPT = typer.Option("--dry-run", help="Show the fit and the diff; write noth
 
 
 def calibrate_command(
+    ctx: typer.Context,
     policy: Annotated[Path, POLICY_OPT],
     task: Annotated[str, TASK_OPT],
     data: Annotated[Path | None, _DATA_OPT] = None,
@@ -218,30 +228,14 @@ def calibrate_command(
 
     if method != "auto" and method not in METHODS:
         fail(f"--method: one of auto, {', '.join(METHODS)}, not {method!r}", EXIT_BAD_INPUT)
-    options = FitOptions(
-        command="calibrate",
-        policy=policy,
-        task=task,
-        data=data,
-        from_log=from_log,
-        tenant=tenant,
-        sample=sample,
-        out=out,
-        engine=engine,
-        examples=examples,
-        split=split,
-        held_out=held_out,
-        seed=seed,
-        dry_run=dry_run,
-        progress=progress,
-    )
     run_fit(
-        options,
+        FitOptions.given("calibrate", ctx),
         lambda c, _settings: calibrate_task(c, c.info.data, method=cast(Method, method)),
     )
 
 
 def tune_command(
+    ctx: typer.Context,
     policy: Annotated[Path, POLICY_OPT],
     task: Annotated[str, TASK_OPT],
     data: Annotated[Path | None, _DATA_OPT] = None,
@@ -280,25 +274,8 @@ def tune_command(
             fail(f"{name}: must lie strictly between 0 and 1, not {value}", EXIT_BAD_INPUT)
     if not 0.5 <= level < 1.0:
         fail(f"--level: must be at least 0.5 and below 1, not {level}", EXIT_BAD_INPUT)
-    options = FitOptions(
-        command="tune",
-        policy=policy,
-        task=task,
-        data=data,
-        from_log=from_log,
-        tenant=tenant,
-        sample=sample,
-        out=out,
-        engine=engine,
-        examples=examples,
-        split=split,
-        held_out=held_out,
-        seed=seed,
-        dry_run=dry_run,
-        progress=progress,
-    )
     run_fit(
-        options,
+        FitOptions.given("tune", ctx),
         lambda c, settings: tune_task(
             c,
             c.info.data,
