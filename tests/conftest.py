@@ -112,8 +112,20 @@ def _imports_integration(path: Path) -> bool:
     return _integration_modules[path]
 
 
+def _uses_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d.scope == "module" for group in defs for d in group)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark what each test needs: ``integration`` (servers, subprocesses, real databases), ``postgres``."""
+    """Mark what each test needs: ``integration`` (servers, subprocesses, real databases), ``postgres``.
+
+    A test using a module-scoped fixture (a module's shared server, mostly) gets its module as
+    xdist group unless it has a group already, so ``--dist loadgroup`` starts that server on one
+    worker only.
+    """
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         params = getattr(getattr(item, "callspec", None), "params", {})
@@ -121,6 +133,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.postgres)
         if names & _DATABASE_FIXTURES or _imports_integration(item.path):
             item.add_marker(pytest.mark.integration)
+        if item.get_closest_marker("xdist_group") is None and _uses_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(f"module:{item.path.name}"))
 
 
 @pytest.fixture(scope="session")
