@@ -123,6 +123,56 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+_scopes: dict[str, tuple[set[str], bool]] = {}
+
+
+def _module_scopes(module: str) -> tuple[set[str], bool]:
+    """A test file's functions in an ``xdist_group`` (``{"*"}``: all), and whether it has a module fixture."""
+    if module not in _scopes:
+        try:
+            tree = ast.parse((Path(module)).read_text(encoding="utf-8"))
+        except (OSError, SyntaxError):
+            _scopes[module] = (set(), False)
+            return _scopes[module]
+        grouped: set[str] = set()
+        shared = False
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in node.targets):
+                if "xdist_group" in ast.unparse(node.value):
+                    grouped.add("*")
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                decorators = [ast.unparse(d) for d in node.decorator_list]
+                if any("xdist_group" in d for d in decorators):
+                    grouped.add(node.name)
+                if any("fixture" in d and "scope='module'" in d for d in decorators):
+                    shared = True
+        _scopes[module] = (grouped, shared)
+    return _scopes[module]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` that works with this pytest: pytest-xdist 3.8 tags grouped tests by
+    rewriting ``item._nodeid``, which pytest 9 no longer reads, so its own loadgroup runs a group's
+    tests on any worker. Here the controller reads the test files instead: tests in an
+    ``xdist_group`` (the ``timing`` tests) share one worker, as do the tests of a module with a
+    module-scoped fixture (its shared server starts once); every other test goes where there is room.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupsAndSharedModules(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module, _, rest = nodeid.partition("::")
+            grouped, shared = _module_scopes(str(config.rootpath / module))
+            function = rest.split("[", 1)[0].split("::")[-1]
+            if "*" in grouped or function in grouped:
+                return "xdist-group"  # every group in this suite is "timing"
+            return module if shared else nodeid
+
+    return GroupsAndSharedModules(config, log)
+
+
 @pytest.fixture(scope="session")
 def _embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One embedding cache (and trained-head store) for the whole run, every xdist worker included.

@@ -47,6 +47,18 @@ def first_build(cache_dir: Path | None = None) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+@contextmanager
+def build_lock(cache_dir: Path) -> Iterator[None]:
+    """The shared cache's build lock, held for the block (one engine build at a time, across workers)."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with (cache_dir / ".first-build.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _session_cache_dir() -> Path:
     """The session's cache (tests/conftest.py sets it for every test), else one of this process's own.
 
@@ -73,7 +85,9 @@ async def running_embedded_engine(
     """An ``EmbeddedEngine`` built from settings (zero-shot, or with ``examples``), closed afterwards."""
     settings = EmbeddedSettings(examples=examples, embedder=embedder)
     directory = cache_dir or _session_cache_dir()
-    with first_build(directory):
+    # Every build, not only the first: each example set trains heads of its own, and a warm build
+    # takes a fraction of a second, so the workers may as well take turns.
+    with build_lock(directory):
         engine = await asyncio.to_thread(EmbeddedEngine.from_settings, settings, cache_dir=directory)
     try:
         yield engine
