@@ -22,6 +22,9 @@ from fastslow.engines.embedded._reading import CHECK_READ_CHARS, check_windows, 
 from fastslow.router import Choice, Noul
 from fastslow.router.engine_api import StopToken
 
+# Every test here embeds hundreds of texts or trains heads: the full run, not the unit tier.
+pytestmark = pytest.mark.slow
+
 ROUTES = {
     # A few phrasings of each case, as real example sets have: the open-set score measures how
     # typical a message is among them.
