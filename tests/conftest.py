@@ -123,39 +123,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
-_scopes: dict[str, tuple[dict[str, str], bool]] = {}
+_scopes: dict[str, tuple[set[str], bool]] = {}
 
 
-def _group_name(expr: ast.expr) -> str | None:
-    """The name in an ``xdist_group("name")`` mark within ``expr``, if there is one."""
-    for node in ast.walk(expr):
-        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("xdist_group"):
-            args = [*node.args, *(k.value for k in node.keywords if k.arg == "name")]
-            if args and isinstance(args[0], ast.Constant):
-                return str(args[0].value)
-    return None
-
-
-def _module_scopes(module: str) -> tuple[dict[str, str], bool]:
-    """A test file's ``xdist_group`` names by function (``"*"``: the whole module's), and whether it
-    has a module-scoped fixture."""
+def _module_scopes(module: str) -> tuple[set[str], bool]:
+    """A test file's functions in an ``xdist_group`` (``{"*"}``: all), and whether it has a module fixture."""
     if module not in _scopes:
         try:
             tree = ast.parse((Path(module)).read_text(encoding="utf-8"))
         except (OSError, SyntaxError):
-            _scopes[module] = ({}, False)
+            _scopes[module] = (set(), False)
             return _scopes[module]
-        grouped: dict[str, str] = {}
+        grouped: set[str] = set()
         shared = False
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in node.targets):
-                if (name := _group_name(node.value)) is not None:
-                    grouped["*"] = name
+                if "xdist_group" in ast.unparse(node.value):
+                    grouped.add("*")
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                for decorator in node.decorator_list:
-                    if (name := _group_name(decorator)) is not None:
-                        grouped[node.name] = name
-                if any("fixture" in d and "scope='module'" in d for d in map(ast.unparse, node.decorator_list)):
+                decorators = [ast.unparse(d) for d in node.decorator_list]
+                if any("xdist_group" in d for d in decorators):
+                    grouped.add(node.name)
+                if any("fixture" in d and "scope='module'" in d for d in decorators):
                     shared = True
         _scopes[module] = (grouped, shared)
     return _scopes[module]
@@ -165,7 +154,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadgroup`` that works with this pytest: pytest-xdist 3.8 tags grouped tests by
     rewriting ``item._nodeid``, which pytest 9 no longer reads, so its own loadgroup runs a group's
     tests on any worker. Here the controller reads the test files instead: tests in an
-    ``xdist_group`` share one worker (each group its own), as do the tests of a module with a
+    ``xdist_group`` (the ``timing`` tests) share one worker, as do the tests of a module with a
     module-scoped fixture (its shared server starts once); every other test goes where there is room.
     """
     if config.getvalue("dist") != "loadgroup":
@@ -177,9 +166,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             module, _, rest = nodeid.partition("::")
             grouped, shared = _module_scopes(str(config.rootpath / module))
             function = rest.split("[", 1)[0].split("::")[-1]
-            group = grouped.get(function) or grouped.get("*")
-            if group is not None:
-                return f"xdist-group:{group}"  # one worker per group, each group apart from the others
+            if "*" in grouped or function in grouped:
+                return "xdist-group"  # every group in this suite is "timing"
             return module if shared else nodeid
 
     return GroupsAndSharedModules(config, log)
