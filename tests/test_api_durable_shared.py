@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from fastslow.api.app import RateLimit
 from fastslow.api.store import DecisionStore, database_url_for
 
@@ -39,6 +41,7 @@ async def test_a_check_is_answered_only_after_its_commit(tmp_path: Path, databas
         assert await store.get(decision_id, tenant="acme") is not None
 
 
+@pytest.mark.xdist_group("timing")  # counts requests in a time window under load
 async def test_two_replicas_on_postgresql_hold_the_rate_limit_within_one_lease(
     tmp_path: Path,
     postgres_schema_url: str,  # noqa: F811

@@ -289,6 +289,7 @@ async def _recovers(engine: JevFakeServer, client: httpx2.AsyncClient) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("timing")  # a time budget under load: not beside another CPU-bound test
 @pytest.mark.parametrize("fault", list(EXPECTED))
 async def test_a_faulty_engine_under_load_fails_closed_within_budget_and_trips_the_breaker(
     stack: tuple[JevFakeServer, httpx2.AsyncClient],
