@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from fakes.api_server import (
     test_policy,
     test_settings,
 )
+from fakes.embedded import child_env
 
 # Wall-clock assertions: kept on one xdist worker (make test), away from each other.
 pytestmark = pytest.mark.xdist_group("timing")
@@ -415,8 +415,7 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_fastslow_serve_runs_the_same_protections(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTSLOW_")}
-    env.update(
+    env = child_env(
         FASTSLOW_DATA_DIR=str(tmp_path / "data"),
         FASTSLOW_POLICY_FILE=str(test_policy(tmp_path)),
         FASTSLOW_SETTINGS_FILE=str(tmp_path / "none.toml"),

@@ -24,6 +24,7 @@ import pytest
 
 from fakes.api_server import REPO, api_client, test_policy
 from fakes.databases import database_url, postgres_schema_url  # noqa: F401  (fixtures)
+from fakes.embedded import child_env
 
 STARTUP_S = 120.0
 ACKNOWLEDGED_BEFORE_KILL = 30
@@ -35,14 +36,12 @@ CALLS = [
 
 
 def _env(tmp_path: Path, url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTSLOW_")}
-    env.update(
+    return child_env(
         FASTSLOW_DATA_DIR=str(tmp_path / "data"),
         FASTSLOW_DATABASE_URL=url,
         FASTSLOW_POLICY_FILE=str(test_policy(tmp_path)),
         FASTSLOW_SETTINGS_FILE=str(tmp_path / "none.toml"),
     )
-    return env
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

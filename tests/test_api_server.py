@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -11,6 +10,8 @@ from pathlib import Path
 import httpx2
 import pytest
 from test_api_kill import _free_port
+
+from fakes.embedded import child_env
 
 _APP = """
 import gc, sys
@@ -32,7 +33,7 @@ Server(server_config(app, Settings(), port=int(sys.argv[1]), log_level="warning"
 @pytest.mark.slow
 def test_the_heap_alive_at_startup_is_frozen_and_collection_stays_on(tmp_path: Path) -> None:
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTSLOW_")}
+    env = child_env()
     log = tmp_path / "server.log"
     with log.open("wb") as sink:
         process = subprocess.Popen([sys.executable, "-c", _APP, str(port)], env=env, stdout=sink, stderr=sink)

@@ -2,8 +2,7 @@
 
 Each script runs as a script, in its own process. The session's embedding cache
 (``FASTSLOW_EMBEDDED__CACHE_DIR``, which the processes inherit) keeps what one run embedded and
-trained for the next: the report's quick mode runs quality.py's, so the quality test after it
-trains no head.
+trained for the next. The report and quality.py are in tests/test_bench_report.py.
 """
 
 from __future__ import annotations
@@ -16,75 +15,6 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-
-
-@pytest.mark.data
-@pytest.mark.slow
-@pytest.mark.xdist_group("quality-quick")  # the second of these two reads the first one's heads from the cache
-def test_the_report_quick_mode_writes_the_report_and_one_json_line(shared_data: Path, tmp_path: Path) -> None:
-    command = [
-        sys.executable,
-        str(BENCH / "report.py"),
-        "--quick",
-        "--data",
-        str(shared_data),
-        "--work",
-        str(tmp_path / "work"),
-        "--docs",
-        str(tmp_path / "docs"),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=900, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert set(report["routing"]["clinc150-domain"]) == {"sparrow zero-shot", "e5 + head, 10/option"}
-    for figures in report["routing"]["clinc150-domain"].values():
-        assert figures["n"] == report["rows"]
-        assert 0.0 <= figures["accuracy"] <= 1.0
-    assert "e5 + head, 50/option" in report["checks"]["xstest"]
-    page = (tmp_path / "docs" / "benchmarks.md").read_text()
-    assert "## CLINC150, 10 domains" in page and "as a policy check" in page
-    assert (tmp_path / "docs" / "benchmarks" / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.mark.data
-@pytest.mark.slow
-@pytest.mark.xdist_group("quality-quick")  # the second of these two reads the first one's heads from the cache
-def test_the_quality_quick_mode_measures_every_target_and_ends_with_one_json_line(
-    shared_data: Path, tmp_path: Path
-) -> None:
-    command = [
-        sys.executable,
-        str(BENCH / "quality.py"),
-        "--quick",
-        "--data",
-        str(shared_data),
-        "--work",
-        str(tmp_path),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=900, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
-    assert results["quick"] is True and results["errors"] == []
-    for section in ("clinc", "banking", "xstest", "injection", "documents"):
-        for figure in (f for entry in results[section].values() for f in entry["figures"]):
-            assert figure["n"] > 0, (section, figure)
-            assert 0.0 <= figure["low"] <= figure["value"] <= figure["high"] <= 1.0, (section, figure)
-    thresholds = results["clinc"]["e5"]["thresholds"]
-    assert 0.5 <= thresholds["min_confidence"] <= 0.99 and thresholds["min_margin"] in (0, 0.05, 0.1, 0.15, 0.2, 0.3)
-    for bands in results["xstest"]["e5"]["bands"].values():
-        assert 0.0 <= bands["allow_at"] <= bands["deny_at"] <= 1.0
-    assert {(c["task"], c["state"]) for c in results["latency"]["e5"]["cells"]} == {
-        ("route", "short"),
-        ("route", "long"),
-        ("check", "short"),
-        ("check", "long"),
-    }
-    assert results["zero_shot"]["shipped"]["sets"]
-    page = (tmp_path / "quality.md").read_text()
-    assert page.startswith("## System-1 quality: targets")
-    for heading in ("### 1. CLINC150", "### 2. Banking77", "### 3. XSTest", "### 4. Prompt injections", "### 6."):
-        assert heading in page
-    assert "Wilson 95 %" in page
 
 
 @pytest.mark.data

@@ -165,7 +165,9 @@ def clinc_large(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes, 
     editor.write()
     with pytest.MonkeyPatch.context() as env:
         # The autouse settings isolation is per test; this runs once for the module, so isolate it here.
-        for name in [n for n in os.environ if n.startswith("FASTSLOW_") and n != "FASTSLOW_SHARED_DATA"]:
+        # The session's embedding cache stays: the examples' vectors and head come from it.
+        keep = {"FASTSLOW_SHARED_DATA", "FASTSLOW_EMBEDDED__CACHE_DIR"}
+        for name in [n for n in os.environ if n.startswith("FASTSLOW_") and n not in keep]:
             env.delenv(name)
         env.setenv("FASTSLOW_DATA_DIR", str(folder / "data"))
         env.setenv("FASTSLOW_SETTINGS_FILE", str(folder / "no-settings.toml"))

@@ -13,6 +13,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from fastslow.router import Answer, Choice, Image, InvalidRequest, NoAnswer, Noul, Question, Score
 from fastslow.router.engine_api import CoalescingEngine, DecisionEngine
@@ -49,7 +50,12 @@ FACTORIES: dict[str, Factory] = {
 }
 
 
-@pytest.fixture(params=sorted(FACTORIES))
+# Each engine (and the loopback server behind it) is built once for the module and answers every
+# test: no test here changes an engine's state, and a build is most of what a test would cost.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=sorted(FACTORIES))
 async def engine(request: pytest.FixtureRequest) -> AsyncIterator[DecisionEngine]:
     async with FACTORIES[request.param]() as running:
         yield running

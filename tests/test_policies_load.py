@@ -423,3 +423,34 @@ def test_version_is_the_content_hash(tmp_path: Path) -> None:
     path.write_text(text)
     assert load_policy(path).version == first
     assert parse_policy(text).version == parse_policy(text.encode()).version == first
+
+
+def test_libyaml_and_the_python_parser_read_a_policy_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fastslow.policies._load as load
+
+    if not load._FAST_LOADERS:
+        pytest.skip("PyYAML is built without libyaml here: the pure-Python parser is the only one")
+    text = EXAMPLE.read_text(encoding="utf-8") + "\nx-scalars: [yes, no, on, 017, 0x1F, 1e3, 2001-12-14, .inf, ~]\n"
+    fast_loader, fast = load._compose(text)
+    assert type(fast_loader) in load._FAST_LOADERS
+    fast_builder = load._Builder(fast_loader, "policy.yaml")
+    monkeypatch.setattr(load, "_FAST_LOADERS", ())
+    slow_loader, slow = load._compose(text)
+    assert type(slow_loader) is load._Loader
+    slow_builder = load._Builder(slow_loader, "policy.yaml")
+    # The same data, the same YAML 1.2 scalars (yes stays text, 017 stays text), the same key lines.
+    assert fast_builder.build(fast) == slow_builder.build(slow)
+    assert fast_builder.lines == slow_builder.lines
+    assert parse_policy(text, source="a") == parse_policy(text, source="a")
+
+
+def test_malformed_yaml_reads_the_same_whichever_parser_is_tried_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fastslow.policies._load as load
+
+    text = "tasks:\n  support:\n    kind: route\n    routes: {a: A, b: B\n  other: 1\n"
+    first = error_for(tmp_path, text)
+    monkeypatch.setattr(load, "_FAST_LOADERS", ())
+    python_only = error_for(tmp_path, text)
+    assert (first.message, first.line, first.key) == (python_only.message, python_only.line, python_only.key)

@@ -189,6 +189,13 @@ class _Remembering:
         return np.array([self._seen[t] for t in texts], dtype=np.float32).reshape(len(texts), self.dim)
 
 
+@pytest.fixture(scope="module")
+def remembering(embedder: Embedder) -> _Remembering:
+    """One remembering e5 for the data tests: the rule's engines with and without the background
+    read the same texts, and each text's windows are embedded once."""
+    return _Remembering(embedder)
+
+
 def _injection_engine(root: Path, embedder: Embedder, cache: Path, *, background: bool) -> ExampleEngine:
     rows = [(text, label) for split, text, label in _injections(root) if split == "train"]  # type: ignore[misc]
     examples = {"yes": [t for t, y in rows if y == "1"], "no": [t for t, y in rows if y == "0"]}
@@ -207,13 +214,13 @@ def _p_yes(engine: ExampleEngine, texts: list[str]) -> np.ndarray:
 @pytest.mark.data
 @pytest.mark.slow
 def test_background_negatives_stop_a_rule_flagging_ordinary_text(
-    shared_data: Path, embedder: Embedder, injection_cache: Path
+    shared_data: Path, remembering: _Remembering, injection_cache: Path
 ) -> None:
     benign = _mt_bench(shared_data)
     held_out = [(t, y) for split, t, y in _injections(shared_data) if split == "test"]  # type: ignore[misc]
     injections = [t for t, y in held_out if y == "1"]
-    with_background = _injection_engine(shared_data, embedder, injection_cache, background=True)
-    without = _injection_engine(shared_data, embedder, injection_cache, background=False)
+    with_background = _injection_engine(shared_data, remembering, injection_cache, background=True)
+    without = _injection_engine(shared_data, remembering, injection_cache, background=False)
     flagged_with = float((_p_yes(with_background, benign) > 0.5).mean())
     flagged_without = float((_p_yes(without, benign) > 0.5).mean())
     # Against its own short negatives alone the rule flags ordinary questions; with the background it does not.
@@ -224,9 +231,9 @@ def test_background_negatives_stop_a_rule_flagging_ordinary_text(
 @pytest.mark.data
 @pytest.mark.slow
 def test_an_injection_hidden_in_a_long_document_is_found(
-    shared_data: Path, embedder: Embedder, injection_cache: Path
+    shared_data: Path, remembering: _Remembering, injection_cache: Path
 ) -> None:
-    engine = _injection_engine(shared_data, _Remembering(embedder), injection_cache, background=True)
+    engine = _injection_engine(shared_data, remembering, injection_cache, background=True)
     utterances = [t for t, _ in json.loads((shared_data / "clinc150" / "data_full.json").read_text())["test"]]
     random.Random(0).shuffle(utterances)
     document = ". ".join(utterances[:400])[:20_000]  # a long, benign conversation log

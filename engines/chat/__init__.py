@@ -5,13 +5,17 @@
 ``ModelPrice``, as the engines count it, for code that reports costs from logged token counts.
 """
 
-from ._anthropic import AnthropicChatEngine
+from typing import TYPE_CHECKING
+
 from ._cost import call_cost
 from ._frontier import Frontier, OpenAIApi
-from ._openai import OpenAIChatEngine
 from ._ref import ModelRef, Provider
-from ._responses import OpenAIResponsesEngine
 from ._thoughts import ThoughtSink, keep_thoughts
+
+if TYPE_CHECKING:
+    from ._anthropic import AnthropicChatEngine
+    from ._openai import OpenAIChatEngine
+    from ._responses import OpenAIResponsesEngine
 
 __all__ = [
     "AnthropicChatEngine",
@@ -25,3 +29,20 @@ __all__ = [
     "call_cost",
     "keep_thoughts",
 ]
+
+# The engines import their provider's SDK: loaded on first use, as ``Frontier`` loads them.
+_ENGINES = {
+    "AnthropicChatEngine": "._anthropic",
+    "OpenAIChatEngine": "._openai",
+    "OpenAIResponsesEngine": "._responses",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _ENGINES:
+        import importlib
+
+        value = getattr(importlib.import_module(_ENGINES[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

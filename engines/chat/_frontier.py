@@ -38,11 +38,12 @@ from fastslow.router.engine_api import (
 )
 from fastslow.router.settings import System2Settings
 
-from ._anthropic import AnthropicChatEngine
-from ._openai import OpenAIChatEngine
 from ._ref import ModelRef, Provider
-from ._responses import OpenAIResponsesEngine
 from ._thoughts import ThoughtSink
+
+# Each provider's engine (and with it the provider's SDK, about 3 s of imports for both) loads when
+# a reference to that provider is first resolved: a router whose System 2 is never asked, or asks
+# one provider only, pays for no other SDK at start.
 
 __all__ = ["Frontier", "OpenAIApi"]
 
@@ -74,6 +75,9 @@ def _openai(ref: ModelRef, frontier: Frontier) -> ChatEngine | None:
     if not (keyed or _configured(settings.openai_base_url, "OPENAI_BASE_URL")):
         logger.info("no frontier model configured for %s: set system2.openai_api_key or OPENAI_API_KEY", ref)
         return None
+    from ._openai import OpenAIChatEngine
+    from ._responses import OpenAIResponsesEngine
+
     engine = OpenAIResponsesEngine if _speaks_responses(settings, frontier.openai_api) else OpenAIChatEngine
     return engine(settings, ref, http_client=frontier.http_client, on_thought=frontier.on_thought(ref))
 
@@ -82,6 +86,8 @@ def _local(ref: ModelRef, frontier: Frontier) -> ChatEngine | None:
     if not frontier.settings.local_base_url:
         logger.info("no self-hosted model configured for %s: set system2.local_base_url", ref)
         return None
+    from ._openai import OpenAIChatEngine
+
     return OpenAIChatEngine(
         frontier.settings, ref, http_client=frontier.http_client, on_thought=frontier.on_thought(ref)
     )
@@ -93,6 +99,8 @@ def _anthropic(ref: ModelRef, frontier: Frontier) -> ChatEngine | None:
     if not (keyed or _configured(settings.anthropic_base_url, "ANTHROPIC_BASE_URL")):
         logger.info("no frontier model configured for %s: set system2.anthropic_api_key or ANTHROPIC_API_KEY", ref)
         return None
+    from ._anthropic import AnthropicChatEngine
+
     return AnthropicChatEngine(settings, ref, http_client=frontier.http_client, on_thought=frontier.on_thought(ref))
 
 

@@ -93,3 +93,14 @@ async def running_embedded_engine(
         yield engine
     finally:
         await engine.aclose()
+
+
+def child_env(**settings: str) -> dict[str, str]:
+    """The environment for a fastslow process a test starts: none of this process's ``FASTSLOW_``
+    settings, ``settings`` instead, and the session's embedding cache, so that the child loads the
+    heads another process of the run trained instead of embedding and training them again."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTSLOW_")}
+    cache = os.environ.get("FASTSLOW_EMBEDDED__CACHE_DIR")
+    if cache:
+        env["FASTSLOW_EMBEDDED__CACHE_DIR"] = cache
+    return env | settings
