@@ -89,7 +89,10 @@ class EngineDeciders:
     """``Deciders`` from settings: the runtime's router for task rows, the pool's engine for explicit ones."""
 
     def __init__(self, settings: Settings) -> None:
-        self._settings = settings
+        # Rows are offline data, read again at every threshold and policy change: what the
+        # embedded engine reads of them stays in its embedding cache (EmbeddedSettings.cache_states).
+        embedded = settings.embedded.model_copy(update={"cache_states": True})
+        self._settings = settings.model_copy(update={"embedded": embedded})
         self._runtime: Runtime | None = None
         self._pool: EnginePool | None = None
 

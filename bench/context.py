@@ -44,9 +44,9 @@ from langchain_core.messages import BaseMessage, HumanMessage  # noqa: E402
 
 from fastslow.api import build_runtime  # noqa: E402
 from fastslow.router import Router, Settings  # noqa: E402
-from fastslow.router.settings import System2Settings  # noqa: E402
+from fastslow.router.settings import EmbeddedSettings, System2Settings  # noqa: E402
 
-from _data import Task, clinc_domains, data_dir, log, wilson, xstest  # noqa: E402
+from _data import Task, clinc_domains, data_dir, embedding_cache_dir, log, wilson, xstest  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DENY_AT, ALLOW_AT = 0.7, 0.2
@@ -145,6 +145,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         engine="embedded",
         data_dir=args.work / "state",
         policy_file=policy,
+        # Accuracy only, no timing: the rows' embeddings stay in the cache for the next run.
+        embedded=EmbeddedSettings(cache_dir=embedding_cache_dir(), cache_states=True),
         system2=System2Settings(default="local:none", local_base_url=None),
     )
     started = time.monotonic()

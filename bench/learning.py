@@ -199,7 +199,9 @@ async def simulate(args: argparse.Namespace) -> dict[str, Any]:
         validation = random.Random(args.seed).sample(validation, 800)
     tuning, held_out = _split(validation, args.seed)
 
-    settings = Settings(engine="embedded", data_dir=work / "state", embedded=EmbeddedSettings(embedder=args.embedder))
+    # Escalation rates only, no timing: the rows' embeddings stay in the cache for the next run.
+    embedded = EmbeddedSettings(embedder=args.embedder, cache_states=True)
+    settings = Settings(engine="embedded", data_dir=work / "state", embedded=embedded)
     models = EmbeddedModels(settings.embedded, cache_dir=embedding_cache_dir() or args.work / "cache")
     pool = EnginePool(settings, models=models)
     store = await DecisionStore.open(f"sqlite+aiosqlite:///{work / 'log.sqlite3'}")

@@ -97,6 +97,12 @@ class EmbeddedSettings(BaseModel):
     blended with the softmax head, ``docs/policies.md``) or ``softmax`` alone (faster to train)."""
     cache_dir: Path | None = None
     """Where embeddings of examples and trained heads are kept; ``<data_dir>/cache/embeddings`` when unset."""
+    cache_states: bool = False
+    """Keep the embeddings of the states read in that cache too (their sha256 and vectors, never the
+    text), so reading the same rows again runs no model. ``fastslow eval``, ``calibrate`` and
+    ``tune`` turn it on for their own engines (offline rows, read again at every threshold and
+    policy change); leave it off when serving, where states are requests and would grow the cache
+    without bound."""
 
 
 class ModelPrice(BaseModel):

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -223,6 +224,33 @@ async def test_task_rows_run_as_the_router_runs_them(tmp_path: Path, policy: Pat
     with pytest.raises(ConfigError, match="training examples") as raised:
         await evaluate(data, tmp_path / "strict", settings=Settings(), policy=policy, strict=True, progress=False)
     assert raised.value.line == 4 and raised.value.path == str(data)
+
+
+def _state_keys(cache: Path) -> set[bytes]:
+    """The text digests in the embedding cache's shards (trained heads aside)."""
+    keys: set[bytes] = set()
+    for shard in cache.rglob("*.npz"):
+        if shard.parent.name != "_heads":
+            with np.load(shard) as z:
+                keys.update(bytes(k) for k in z["keys"])
+    return keys
+
+
+async def test_a_second_evaluation_of_the_same_rows_runs_no_model_on_them(tmp_path: Path, policy: Path) -> None:
+    data = write_rows(tmp_path / "rows.jsonl", TASK_ROWS)
+    cache = tmp_path / "cache"
+    settings = Settings(embedded=EmbeddedSettings(cache_dir=cache))
+    await evaluate(data, tmp_path / "first", settings=settings, policy=policy, progress=False)
+    read = _state_keys(cache)
+    # The rows were kept as examples are (their digests and vectors): the offline run asks for it.
+    assert hashlib.sha256(b"Why was my card billed two times?").digest() in read
+    await evaluate(data, tmp_path / "second", settings=settings, policy=policy, progress=False)
+    assert _state_keys(cache) == read  # nothing new embedded
+    first, second = by_pair(tmp_path / "first"), by_pair(tmp_path / "second")
+    assert first.keys() == second.keys()
+    for pair, prediction in first.items():
+        # The same up to the float32 rounding of heads read back from the store (the first run trained them).
+        assert second[pair].probabilities == pytest.approx(prediction.probabilities, abs=1e-6), pair
 
 
 async def test_every_row_runs_as_the_task_given(tmp_path: Path, policy: Path) -> None:

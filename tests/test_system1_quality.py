@@ -10,7 +10,7 @@ import csv
 import json
 import logging
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +20,6 @@ from fastslow.engines.embedded import EmbeddingCache, ExampleEngine, examples_fr
 from fastslow.engines.embedded._embedders import Embedder
 from fastslow.engines.embedded._reading import CHECK_READ_CHARS, check_windows, ends, squash
 from fastslow.router import Choice, Noul
-from fastslow.router.engine_api import StopToken
 
 # Every test here embeds hundreds of texts or trains heads: the full run, not the unit tier.
 pytestmark = pytest.mark.slow
@@ -163,45 +162,21 @@ def _mt_bench(root: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def injection_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache for the injection rule's tests: its examples are embedded and its head trained once."""
-    return tmp_path_factory.mktemp("injection-cache")
+def reading_cache(_embedding_cache: Path) -> EmbeddingCache:
+    """The run's embedding cache, keeping what the rule's engines read as an evaluation does
+    (``cache_states``): the engines with and without the background read the same texts, the
+    documents with an injection in the middle share their first half of windows with the clean one,
+    and other tests and benchmarks of the run read some of the same public rows. An embedding read
+    back is the one computed, so the figures are those of embedding every text afresh."""
+    return EmbeddingCache(_embedding_cache)
 
 
-class _Remembering:
-    """``embedder`` remembering the texts it embedded: the documents with an injection in the middle
-    share their first half of windows with the clean one. e5 embeds a text the same alone or in any
-    batch, so the figures are those of embedding every window afresh."""
-
-    def __init__(self, embedder: Embedder) -> None:
-        self.inner = embedder
-        self.name, self.model_id, self.dim = embedder.name, embedder.model_id, embedder.dim
-        self._seen: dict[str, np.ndarray] = {}
-
-    @property
-    def texts_embedded(self) -> int:
-        return self.inner.texts_embedded
-
-    def embed(self, texts: Sequence[str], *, stop: StopToken | None = None) -> np.ndarray:
-        missing = [t for t in dict.fromkeys(texts) if t not in self._seen]
-        if missing:
-            self._seen.update(zip(missing, self.inner.embed(missing, stop=stop), strict=True))
-        return np.array([self._seen[t] for t in texts], dtype=np.float32).reshape(len(texts), self.dim)
-
-
-@pytest.fixture(scope="module")
-def remembering(embedder: Embedder) -> _Remembering:
-    """One remembering e5 for the data tests: the rule's engines with and without the background
-    read the same texts, and each text's windows are embedded once."""
-    return _Remembering(embedder)
-
-
-def _injection_engine(root: Path, embedder: Embedder, cache: Path, *, background: bool) -> ExampleEngine:
+def _injection_engine(root: Path, embedder: Embedder, cache: EmbeddingCache, *, background: bool) -> ExampleEngine:
     rows = [(text, label) for split, text, label in _injections(root) if split == "train"]  # type: ignore[misc]
     examples = {"yes": [t for t, y in rows if y == "1"], "no": [t for t, y in rows if y == "0"]}
     mapping = {"questions": {"injection": {"examples": examples, "check": "true"}}}
     return ExampleEngine(
-        examples_from_mapping(mapping), embedder, cache=EmbeddingCache(cache), use_background=background
+        examples_from_mapping(mapping), embedder, cache=cache, use_background=background, cache_states=True
     )
 
 
@@ -214,13 +189,13 @@ def _p_yes(engine: ExampleEngine, texts: list[str]) -> np.ndarray:
 @pytest.mark.data
 @pytest.mark.slow
 def test_background_negatives_stop_a_rule_flagging_ordinary_text(
-    shared_data: Path, remembering: _Remembering, injection_cache: Path
+    shared_data: Path, embedder: Embedder, reading_cache: EmbeddingCache
 ) -> None:
     benign = _mt_bench(shared_data)
     held_out = [(t, y) for split, t, y in _injections(shared_data) if split == "test"]  # type: ignore[misc]
     injections = [t for t, y in held_out if y == "1"]
-    with_background = _injection_engine(shared_data, remembering, injection_cache, background=True)
-    without = _injection_engine(shared_data, remembering, injection_cache, background=False)
+    with_background = _injection_engine(shared_data, embedder, reading_cache, background=True)
+    without = _injection_engine(shared_data, embedder, reading_cache, background=False)
     flagged_with = float((_p_yes(with_background, benign) > 0.5).mean())
     flagged_without = float((_p_yes(without, benign) > 0.5).mean())
     # Against its own short negatives alone the rule flags ordinary questions; with the background it does not.
@@ -231,9 +206,9 @@ def test_background_negatives_stop_a_rule_flagging_ordinary_text(
 @pytest.mark.data
 @pytest.mark.slow
 def test_an_injection_hidden_in_a_long_document_is_found(
-    shared_data: Path, remembering: _Remembering, injection_cache: Path
+    shared_data: Path, embedder: Embedder, reading_cache: EmbeddingCache
 ) -> None:
-    engine = _injection_engine(shared_data, remembering, injection_cache, background=True)
+    engine = _injection_engine(shared_data, embedder, reading_cache, background=True)
     utterances = [t for t, _ in json.loads((shared_data / "clinc150" / "data_full.json").read_text())["test"]]
     random.Random(0).shuffle(utterances)
     document = ". ".join(utterances[:400])[:20_000]  # a long, benign conversation log

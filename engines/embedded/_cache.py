@@ -3,10 +3,17 @@
 Each embedder gets a folder; each batch of newly embedded texts is one ``.npz`` shard written
 atomically (temporary file, then rename), so concurrent processes never see half a file and a
 restart reads every shard back instead of running the model. Unreadable shards are skipped.
+
+Before running the model on texts it has not seen, a cache whose folder changed since it last read
+it (the folder's mtime: one ``stat``) reads the shards written since, so processes sharing one
+(replicas, the processes of an evaluation) embed a text once. States join the cache only where a
+caller asks (``embed_states``: offline evaluation, ``EmbeddedSettings.cache_states``); they are
+written in shards of ``STATE_SHARD_ENTRIES`` and at exit, not a file a state.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import logging
 import os
@@ -23,12 +30,15 @@ from fastslow.router.engine_api import StopToken
 
 from ._embedders import Embedder
 
-__all__ = ["MEMORY_ONLY_ENTRIES", "EmbeddingCache", "default_cache_dir"]
+__all__ = ["MEMORY_ONLY_ENTRIES", "STATE_SHARD_ENTRIES", "EmbeddingCache", "default_cache_dir"]
 
 log = logging.getLogger("fastslow.embedded")
 
 MEMORY_ONLY_ENTRIES = 50_000
 """Embeddings kept in memory only (``persist=False``), most recent first: about 75 MB at 384 dimensions."""
+STATE_SHARD_ENTRIES = 256
+"""New state embeddings (``embed_states``) written together in one shard: an evaluation of thousands
+of rows leaves a few dozen files, not thousands."""
 
 
 def default_cache_dir(data_dir: Path | None = None) -> Path:
@@ -53,6 +63,13 @@ class EmbeddingCache:
     def __init__(self, directory: Path | None = None) -> None:
         self.directory = directory if directory is not None else default_cache_dir()
         self._memory: dict[str, dict[bytes, NDArray[np.float32]]] = {}
+        self._shards: dict[str, set[str]] = {}
+        """Per model, the shard files already read into ``_memory``."""
+        self._seen_mtime: dict[str, int] = {}
+        """Per model, the folder's mtime when its shards were last listed."""
+        self._pending: dict[str, dict[bytes, NDArray[np.float32]]] = {}
+        """Per model, state embeddings not written yet (``embed_states``)."""
+        self._flush_at_exit = False
         self._recent: OrderedDict[tuple[str, bytes], NDArray[np.float32]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -63,20 +80,33 @@ class EmbeddingCache:
         table = self._memory.get(model_id)
         if table is not None:
             return table
-        table = {}
+        self._memory[model_id], self._shards[model_id] = {}, set()
+        self._read_new_shards(model_id)
+        return self._memory[model_id]
+
+    def _read_new_shards(self, model_id: str) -> None:
+        """Read the shards of ``model_id``'s folder not read before, if the folder changed since it was listed."""
         folder = self._folder(model_id)
-        if folder.is_dir():
-            for shard in sorted(folder.glob("*.npz")):
-                try:
-                    with np.load(shard, allow_pickle=False) as z:
-                        keys, vectors = z["keys"], z["vectors"].astype(np.float32)
-                except (OSError, ValueError, KeyError) as exc:
-                    log.warning("skipping unreadable embedding cache shard %s: %s", shard, exc)
-                    continue
-                for key, vector in zip(keys, vectors, strict=True):
-                    table[bytes(key)] = vector
-        self._memory[model_id] = table
-        return table
+        try:
+            mtime = folder.stat().st_mtime_ns
+        except OSError:
+            return
+        if self._seen_mtime.get(model_id) == mtime:
+            return
+        self._seen_mtime[model_id] = mtime
+        table, read = self._memory[model_id], self._shards[model_id]
+        for shard in sorted(folder.glob("*.npz")):
+            if shard.name in read:
+                continue
+            read.add(shard.name)
+            try:
+                with np.load(shard, allow_pickle=False) as z:
+                    keys, vectors = z["keys"], z["vectors"].astype(np.float32)
+            except (OSError, ValueError, KeyError) as exc:
+                log.warning("skipping unreadable embedding cache shard %s: %s", shard, exc)
+                continue
+            for key, vector in zip(keys, vectors, strict=True):
+                table[bytes(key)] = vector
 
     def _write(self, model_id: str, keys: list[bytes], vectors: NDArray[np.float32]) -> None:
         folder = self._folder(model_id)
@@ -87,6 +117,7 @@ class EmbeddingCache:
             with os.fdopen(fd, "wb") as fh:
                 np.savez(fh, keys=np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 32), vectors=vectors)
             os.replace(tmp, folder / name)
+            self._shards.setdefault(model_id, set()).add(name)
         except OSError as exc:  # a read-only or full disk costs speed, not correctness
             log.warning("could not write the embedding cache under %s: %s", folder, exc)
 
@@ -120,6 +151,12 @@ class EmbeddingCache:
                     missing.setdefault(key, text)
                 else:
                     found[key] = vector
+            if missing and persist:
+                # Another process sharing the folder may have embedded them since it was read.
+                self._read_new_shards(embedder.model_id)
+                for key in [k for k in missing if k in table]:
+                    found[key] = table[key]
+                    del missing[key]
         # The model runs outside the cache's lock: the embedder has its own, fair one, and a long
         # run must not hold up requests whose texts are all cached.
         if missing:
@@ -137,6 +174,51 @@ class EmbeddingCache:
         for i, key in enumerate(keys):
             out[i] = found[key]
         return out
+
+    def embed_states(
+        self, embedder: Embedder, texts: Sequence[str], *, stop: StopToken | None = None
+    ) -> NDArray[np.float32]:
+        """``embed`` for what an engine reads of states, kept like examples' (for offline evaluation).
+
+        An evaluation reads each row once; the next evaluation of the same rows (another threshold,
+        another policy, the tuning loop) then runs no model. New embeddings are written in shards of
+        ``STATE_SHARD_ENTRIES``, and the rest when ``flush`` is called or the process exits. The
+        texts themselves are never written, only their sha256 and vectors.
+
+        Raises:
+            Abandoned: ``stop`` said to stop while the model ran.
+        """
+        keys = [_digest(t) for t in texts]
+        model_id = embedder.model_id
+        with self._lock:
+            table = self._load(model_id)
+            missing = {key: text for key, text in zip(keys, texts, strict=True) if key not in table}
+            if missing:
+                self._read_new_shards(model_id)
+                missing = {key: text for key, text in missing.items() if key not in table}
+        if missing:
+            fresh = embedder.embed(list(missing.values()), stop=stop)
+            with self._lock:
+                pending = self._pending.setdefault(model_id, {})
+                for key, vector in zip(missing, fresh, strict=True):
+                    table[key] = pending[key] = vector
+                if not self._flush_at_exit:
+                    self._flush_at_exit = True
+                    atexit.register(self.flush)
+                if len(pending) >= STATE_SHARD_ENTRIES:
+                    self._flush_model(model_id)
+        return np.stack([table[key] for key in keys]) if keys else np.empty((0, embedder.dim), dtype=np.float32)
+
+    def flush(self) -> None:
+        """Write the state embeddings not written yet (``embed_states``)."""
+        with self._lock:
+            for model_id in list(self._pending):
+                self._flush_model(model_id)
+
+    def _flush_model(self, model_id: str) -> None:
+        pending = self._pending.pop(model_id, {})
+        if pending:
+            self._write(model_id, list(pending), np.stack(list(pending.values())))
 
     def _remember(self, model_id: str, key: bytes, vector: NDArray[np.float32]) -> None:
         self._recent[(model_id, key)] = vector

@@ -17,6 +17,7 @@ instructions and so cannot tell a topic question from any other. See ``bench/eng
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -59,6 +60,8 @@ class EmbeddedEngine:
         examples: the example-trained engine, if an examples file is configured.
         cache: holds option-text embeddings (in memory only: they change with every new question);
             may be shared with ``examples``.
+        cache_states: keep the embeddings of the states it reads in ``cache`` (offline evaluation;
+            ``EmbeddedSettings.cache_states``); ``examples`` has its own switch.
     """
 
     name = "embedded"
@@ -73,8 +76,10 @@ class EmbeddedEngine:
         embedder: Embedder | None = None,
         examples: ExampleEngine | None = None,
         cache: EmbeddingCache | None = None,
+        cache_states: bool = False,
     ) -> None:
         self.sparrow = sparrow
+        self.cache_states = cache_states
         self.examples = examples
         self.examples_versions: Mapping[str, str] = examples.examples_versions if examples is not None else {}
         self.embedder = embedder if embedder is not None else (examples.embedder if examples else None)
@@ -134,7 +139,11 @@ class EmbeddedEngine:
             for name, q in trained.items():
                 out[name] = self.examples.probabilities(reading, name, q, violation=violations.get(name))
         elif needs_vector and self.embedder is not None:
-            vector = self.embedder.embed([ends(squash(as_text(state)))], stop=stop)[0]
+            read = [ends(squash(as_text(state)))]
+            if self.cache_states:
+                vector = self._cache.embed_states(self.embedder, read, stop=stop)[0]
+            else:
+                vector = self.embedder.embed(read, stop=stop)[0]
         blended = None
         for name, q in zero_shot.items():
             if stop is not None:
@@ -216,3 +225,5 @@ class EmbeddedEngine:
 
     async def aclose(self) -> None:
         self._closed = True
+        if self.cache_states:  # the next evaluation, in this process or another, reads them
+            await asyncio.to_thread(self._cache.flush)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -60,6 +61,8 @@ class ExampleEngine:
         open_set_rate: the open-set score's rate (``_open_set``); 0 turns the score off.
         use_background: whether policy-check rules learn against the background.
         head: ``adapted`` adapts a choice's head to its examples (``_adapted``); ``softmax`` does not.
+        cache_states: keep what it reads of states in ``cache`` too (``EmbeddingCache.embed_states``),
+            for offline evaluation; off when serving, where states are users' requests.
     """
 
     name = "examples"
@@ -76,8 +79,10 @@ class ExampleEngine:
         open_set_rate: float = OPEN_SET_RATE,
         use_background: bool = True,
         head: HeadKind = "adapted",
+        cache_states: bool = False,
     ) -> None:
         self.examples = examples
+        self.cache_states = cache_states
         self.examples_versions: Mapping[str, str] = examples.versions
         """Task -> the learned examples' version this engine was trained with (decisions record it)."""
         self.embedder = embedder
@@ -169,13 +174,17 @@ class ExampleEngine:
     def read(self, state: State, *, windows: bool, stop: StopToken | None = None) -> Reading:
         """Embed what the engine reads of ``state`` (blocking; stops when ``stop`` says).
 
-        ``windows``: also embed every check window, for policy checks. States never reach the disk cache.
+        ``windows``: also embed every check window, for policy checks. States reach the disk cache
+        only with ``cache_states``.
         """
         text = squash(as_text(state))
         pieces = [ends(text)]
         if windows and len(text) > CHECK_WINDOW_CHARS:
             pieces += check_windows(text)[0]
-        vectors = self.embedder.embed(pieces, stop=stop)
+        if self.cache_states:
+            vectors = self._cache.embed_states(self.embedder, pieces, stop=stop)
+        else:
+            vectors = self.embedder.embed(pieces, stop=stop)
         return Reading(ends=vectors[0], windows=vectors)
 
     def embed_state(self, state: State, stop: StopToken | None = None) -> NDArray[np.float32]:
@@ -266,6 +275,8 @@ class ExampleEngine:
 
     async def aclose(self) -> None:
         self._closed = True
+        if self.cache_states:  # the next evaluation, in this process or another, reads them
+            await asyncio.to_thread(self._cache.flush)
 
 
 def _squashed(q: QuestionExamples) -> QuestionExamples:

@@ -67,9 +67,16 @@ class EmbeddedModels:
             open_set_rate=self.settings.open_set_rate,
             use_background=self.settings.background,
             head=self.settings.head,
+            cache_states=self.settings.cache_states,
         )
 
     def embedded_engine(self, examples: ExampleSet | None) -> EmbeddedEngine:
         """The default engine: heads trained on ``examples`` where they exist, zero-shot elsewhere."""
         trained = self.example_engine(examples) if examples is not None and examples.questions else None
-        return EmbeddedEngine(sparrow=self.sparrow, embedder=self.embedder, examples=trained, cache=self.cache)
+        return EmbeddedEngine(
+            sparrow=self.sparrow,
+            embedder=self.embedder,
+            examples=trained,
+            cache=self.cache,
+            cache_states=self.settings.cache_states,
+        )
