@@ -2,7 +2,7 @@
 
 ``build_runtime(settings)`` loads the policy and wires engines and System 2 to a ``Router``;
 ``create_app(settings)`` is the HTTP API (it imports FastAPI and the database layer, so only
-when asked for); ``evaluate(data, out_dir, settings=...)`` runs an evaluation file through the
+when asked for); ``evaluate(data, out_dir, settings=..., options=EvalOptions(...))`` runs an evaluation file through the
 engines and the router and writes its report (``fastslow eval``); ``Learner`` learns from
 escalations into the decision log (``docs/learning.md``); ``fastslow.api.cli`` is the ``fastslow``
 command. ``Server(server_config(app, settings))`` runs an ASGI app under the guarded uvicorn server
@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._compose import Runtime, build_runtime
-    from ._evaluate import evaluate
+    from ._evaluate import EvalOptions, evaluate
     from ._learning import Learner
     from ._server import Server, server_config
     from .app import create_app
 
-__all__ = ["Learner", "Runtime", "Server", "build_runtime", "create_app", "evaluate", "server_config"]
+__all__ = ["EvalOptions", "Learner", "Runtime", "Server", "build_runtime", "create_app", "evaluate", "server_config"]
 
 
 def __getattr__(name: str) -> object:
@@ -35,10 +35,10 @@ def __getattr__(name: str) -> object:
         from .app import create_app
 
         return create_app
-    if name == "evaluate":
-        from ._evaluate import evaluate
+    if name in ("EvalOptions", "evaluate"):
+        from . import _evaluate
 
-        return evaluate
+        return getattr(_evaluate, name)
     if name == "Learner":
         from ._learning import Learner
 

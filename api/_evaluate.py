@@ -17,6 +17,7 @@ from fastslow.policies import load_policy
 from fastslow.policies.evaluation import (
     EXPLICIT_THRESHOLDS,
     NONE_OF_THESE,
+    EvalOptions,
     Headline,
     RowEngine,
     RunInfo,
@@ -29,7 +30,7 @@ from fastslow.router import ConfigError, PolicySet, Router, Settings
 
 from ._compose import Runtime, build_runtime
 
-__all__ = ["EXPLICIT_THRESHOLDS", "NONE_OF_THESE", "Headline", "evaluate", "headline"]
+__all__ = ["EXPLICIT_THRESHOLDS", "NONE_OF_THESE", "EvalOptions", "Headline", "evaluate", "headline"]
 
 # Sparrow is in LEARNS_FROM_EXAMPLES for its limits only: it is zero-shot and learns nothing.
 _TRAINED_ENGINES = LEARNS_FROM_EXAMPLES - {"sparrow"}
@@ -37,45 +38,17 @@ _TRAINED_ENGINES = LEARNS_FROM_EXAMPLES - {"sparrow"}
 _NO_POLICY = PolicySet(tasks={}, version="")
 
 
-async def evaluate(
-    data: Path,
-    out_dir: Path,
-    *,
-    settings: Settings,
-    policy: Path | None = None,
-    task: str | None = None,
-    split: str | None = None,
-    concurrency: int = 4,
-    strict: bool = False,
-    limit: int | None = None,
-    progress: bool = True,
-    overwrite: bool = False,
-    system2: bool = True,
-) -> RunInfo:
+async def evaluate(data: Path, out_dir: Path, *, settings: Settings, options: EvalOptions | None = None) -> RunInfo:
     """Answer every row of ``data`` and write ``predictions.jsonl``, ``run.json`` and the report to ``out_dir``.
 
-    ``fastslow.policies.evaluation.evaluate`` with the engines ``settings`` build (its arguments
-    are documented there).
+    ``fastslow.policies.evaluation.evaluate`` with the engines ``settings`` build (``options`` are
+    documented with ``EvalOptions``; its defaults when omitted).
 
     Raises:
         ConfigError: a bad argument, policy, examples or data file (``strict``: a bad row), or an
             ``out_dir`` holding another run; the message names the file, line or key.
     """
-    return await run_evaluation(
-        data,
-        out_dir,
-        settings=settings,
-        deciders=EngineDeciders(settings),
-        policy=policy,
-        task=task,
-        split=split,
-        concurrency=concurrency,
-        strict=strict,
-        limit=limit,
-        progress=progress,
-        overwrite=overwrite,
-        system2=system2,
-    )
+    return await run_evaluation(data, out_dir, settings=settings, deciders=EngineDeciders(settings), options=options)
 
 
 class _NoSystem2:

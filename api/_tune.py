@@ -11,6 +11,7 @@ and what a System-2 call costs.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,33 +62,8 @@ __all__ = [
 ]
 
 
-async def collect(
-    data: Path,
-    out_dir: Path,
-    *,
-    settings: Settings,
-    policy: Path,
-    task: str,
-    split: str | None = None,
-    held_out: float = HELD_OUT,
-    seed: int = 0,
-    concurrency: int = 4,
-    progress: bool = True,
-) -> Collected:
-    """``fastslow.policies.tuning.collect``, run by ``fastslow eval``'s engines."""
-    return await collect_rows(
-        data,
-        out_dir,
-        settings=settings,
-        policy=policy,
-        task=task,
-        evaluate=evaluate,
-        split=split,
-        held_out=held_out,
-        seed=seed,
-        concurrency=concurrency,
-        progress=progress,
-    )
+collect = partial(collect_rows, evaluate=evaluate)
+"""``fastslow.policies.tuning.collect``, run by ``fastslow eval``'s engines (its ``evaluate`` given)."""
 
 
 async def collect_from_log(

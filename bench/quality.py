@@ -54,7 +54,7 @@ from typing import Any  # noqa: E402
 
 import yaml  # noqa: E402
 
-from fastslow.api import build_runtime, evaluate  # noqa: E402
+from fastslow.api import EvalOptions, build_runtime, evaluate  # noqa: E402
 from fastslow.policies.evaluation import Prediction, percentiles, read_predictions, read_run  # noqa: E402
 from fastslow.router import Router, Settings  # noqa: E402
 from fastslow.router.settings import EmbeddedSettings, System2Settings  # noqa: E402
@@ -250,16 +250,10 @@ class Runs:
         started = time.monotonic()
         for attempt in range(self.plan.retries + 1):
             try:
-                await evaluate(
-                    data,
-                    folder / "report",
-                    settings=settings,
-                    policy=policy_path,
-                    task=task,
-                    progress=sys.stderr.isatty(),
-                    concurrency=4,
-                    overwrite=True,
+                options = EvalOptions(
+                    policy=policy_path, task=task, progress=sys.stderr.isatty(), concurrency=4, overwrite=True
                 )
+                await evaluate(data, folder / "report", settings=settings, options=options)
                 break
             except Exception as exc:  # the engine is being edited: wait, then try again
                 self.errors.append(f"{name}, attempt {attempt + 1}: {type(exc).__name__}: {exc}")

@@ -43,7 +43,7 @@ from typing import Any  # noqa: E402
 
 import quality  # noqa: E402
 
-from fastslow.api import evaluate  # noqa: E402
+from fastslow.api import EvalOptions, evaluate  # noqa: E402
 from fastslow.router import EngineName, Settings  # noqa: E402
 from fastslow.router.settings import EmbeddedSettings  # noqa: E402
 
@@ -108,7 +108,8 @@ class Bench(DataBench):
             embedded=EmbeddedSettings(embedder=config.embedder, cache_dir=embedding_cache_dir()),  # type: ignore[arg-type]
         )
         started = time.monotonic()
-        await evaluate(data, out, settings=settings, policy=policy, task=task, progress=False, concurrency=4)
+        options = EvalOptions(policy=policy, task=task, progress=False, concurrency=4)
+        await evaluate(data, out, settings=settings, options=options)
         metrics: dict[str, Any] = json.loads((out / "metrics.json").read_text())
         metrics["_dir"] = str(out)
         metrics["_seconds"] = round(time.monotonic() - started, 1)

@@ -38,7 +38,7 @@ from typing import Any  # noqa: E402
 import yaml  # noqa: E402
 from quality import _family  # noqa: E402
 
-from fastslow.api import evaluate  # noqa: E402
+from fastslow.api import EvalOptions, evaluate  # noqa: E402
 from fastslow.engines.chat import call_cost  # noqa: E402
 from fastslow.policies import load_policy  # noqa: E402
 from fastslow.policies.evaluation import Prediction, read_predictions  # noqa: E402
@@ -150,16 +150,8 @@ async def one_set(
     apply_fit(editor, fit)
     editor.write()
     log(f"{name}: " + "; ".join(fit.lines[:2]))
-    await evaluate(
-        test_file,
-        work / "test-run",
-        settings=settings,
-        policy=policy,
-        task=converter,
-        progress=False,
-        system2=False,
-        overwrite=True,
-    )
+    options = EvalOptions(policy=policy, task=converter, progress=False, system2=False, overwrite=True)
+    await evaluate(test_file, work / "test-run", settings=settings, options=options)
     predictions = list(read_predictions(work / "test-run"))
     task = load_policy(policy).tasks[converter]
     none = getattr(task, "none_option", None)
@@ -292,15 +284,8 @@ async def xstest_set(bench: Bench, *, embedder: str, rotations: int) -> dict[str
         log(f"xstest rotation {k}: " + "; ".join(fit.lines))
         action = load_policy(policy).tasks[task_name].rules[rule].action  # type: ignore[attr-defined]
         fits.append({**fit.record["rules"][rule], "allow_at": action.allow_at, "deny_at": action.deny_at})
-        await evaluate(
-            test_file,
-            work / "test-run",
-            settings=settings,
-            policy=policy,
-            task=task_name,
-            progress=False,
-            system2=False,
-        )
+        options = EvalOptions(policy=policy, task=task_name, progress=False, system2=False)
+        await evaluate(test_file, work / "test-run", settings=settings, options=options)
         predictions += list(read_predictions(work / "test-run"))
     return {
         "set": "xstest",

@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 import fastslow.policies.evaluation._run as evaluate_module
-from fastslow.api._evaluate import evaluate, headline
+from fastslow.api._evaluate import EvalOptions, evaluate, headline
 from fastslow.api.cli import app
 from fastslow.policies.evaluation import Prediction, read_predictions, read_run
 from fastslow.policies.evaluation import write_prediction as real_write
@@ -155,7 +155,7 @@ async def test_explicit_rows_give_one_prediction_per_row_and_question(tmp_path: 
     )
     settings = Settings(embedded=EmbeddedSettings(examples=examples))
     out = tmp_path / "report"
-    info = await evaluate(data, out, settings=settings, progress=False)
+    info = await evaluate(data, out, settings=settings, options=EvalOptions(progress=False))
 
     assert pairs(out) == Counter({(r, q): 1 for r in ("r1", "r2", "r3") for q in ("team", "angry")})
     got = by_pair(out)
@@ -195,7 +195,7 @@ async def test_explicit_rows_give_one_prediction_per_row_and_question(tmp_path: 
 async def test_task_rows_run_as_the_router_runs_them(tmp_path: Path, policy: Path) -> None:
     data = write_rows(tmp_path / "rows.jsonl", TASK_ROWS)
     out = tmp_path / "report"
-    info = await evaluate(data, out, settings=Settings(), policy=policy, progress=False)
+    info = await evaluate(data, out, settings=Settings(), options=EvalOptions(policy=policy, progress=False))
 
     # The training text differs only in spacing: it is still one the engine learned from.
     assert info.dropped_training_rows == ("train",)
@@ -222,7 +222,12 @@ async def test_task_rows_run_as_the_router_runs_them(tmp_path: Path, policy: Pat
     assert got[("c1", "destructive")].label == "yes" and got[("c2", "destructive")].label == "no"
 
     with pytest.raises(ConfigError, match="training examples") as raised:
-        await evaluate(data, tmp_path / "strict", settings=Settings(), policy=policy, strict=True, progress=False)
+        await evaluate(
+            data,
+            tmp_path / "strict",
+            settings=Settings(),
+            options=EvalOptions(policy=policy, strict=True, progress=False),
+        )
     assert raised.value.line == 4 and raised.value.path == str(data)
 
 
@@ -240,11 +245,11 @@ async def test_a_second_evaluation_of_the_same_rows_runs_no_model_on_them(tmp_pa
     data = write_rows(tmp_path / "rows.jsonl", TASK_ROWS)
     cache = tmp_path / "cache"
     settings = Settings(embedded=EmbeddedSettings(cache_dir=cache))
-    await evaluate(data, tmp_path / "first", settings=settings, policy=policy, progress=False)
+    await evaluate(data, tmp_path / "first", settings=settings, options=EvalOptions(policy=policy, progress=False))
     read = _state_keys(cache)
     # The rows were kept as examples are (their digests and vectors): the offline run asks for it.
     assert hashlib.sha256(b"Why was my card billed two times?").digest() in read
-    await evaluate(data, tmp_path / "second", settings=settings, policy=policy, progress=False)
+    await evaluate(data, tmp_path / "second", settings=settings, options=EvalOptions(policy=policy, progress=False))
     assert _state_keys(cache) == read  # nothing new embedded
     first, second = by_pair(tmp_path / "first"), by_pair(tmp_path / "second")
     assert first.keys() == second.keys()
@@ -269,7 +274,9 @@ async def test_every_row_runs_as_the_task_given(tmp_path: Path, policy: Path) ->
         ],
     )
     out = tmp_path / "report"
-    info = await evaluate(data, out, settings=Settings(), policy=policy, task="support", progress=False)
+    info = await evaluate(
+        data, out, settings=Settings(), options=EvalOptions(policy=policy, task="support", progress=False)
+    )
     assert [p.split(":")[0] for p in info.problems] == ["line 2", "line 3"]
     assert "task 'support' does not ask" in info.problems[0] and "every row runs as task 'support'" in info.problems[1]
     (only,) = read_predictions(out)
@@ -278,7 +285,12 @@ async def test_every_row_runs_as_the_task_given(tmp_path: Path, policy: Path) ->
     assert info.task == "support" and info.rows == 1
 
     with pytest.raises(ConfigError, match="no task 'suport'"):
-        await evaluate(data, tmp_path / "typo", settings=Settings(), policy=policy, task="suport", progress=False)
+        await evaluate(
+            data,
+            tmp_path / "typo",
+            settings=Settings(),
+            options=EvalOptions(policy=policy, task="suport", progress=False),
+        )
 
 
 async def test_bad_rows_are_reported_with_their_lines_and_skipped(tmp_path: Path, policy: Path) -> None:
@@ -294,7 +306,7 @@ async def test_bad_rows_are_reported_with_their_lines_and_skipped(tmp_path: Path
         ],
     )
     out = tmp_path / "report"
-    info = await evaluate(data, out, settings=Settings(), policy=policy, progress=False)
+    info = await evaluate(data, out, settings=Settings(), options=EvalOptions(policy=policy, progress=False))
     assert [p.split(":")[0] for p in info.problems] == ["line 2", "line 3", "line 4", "line 5"]
     assert "not JSON" in info.problems[0]
     assert "unknown task 'suport'" in info.problems[1]
@@ -304,7 +316,12 @@ async def test_bad_rows_are_reported_with_their_lines_and_skipped(tmp_path: Path
     assert read_run(out).problems == info.problems
 
     with pytest.raises(ConfigError, match="not JSON") as raised:
-        await evaluate(data, tmp_path / "strict", settings=Settings(), policy=policy, strict=True, progress=False)
+        await evaluate(
+            data,
+            tmp_path / "strict",
+            settings=Settings(),
+            options=EvalOptions(policy=policy, strict=True, progress=False),
+        )
     assert raised.value.line == 2
     assert not (tmp_path / "strict" / "predictions.jsonl").exists()
 
@@ -315,9 +332,11 @@ async def test_a_limited_run_is_extended_by_the_next_one(tmp_path: Path) -> None
     ]
     data = write_rows(tmp_path / "rows.jsonl", rows)
     out = tmp_path / "report"
-    first = await evaluate(data, out, settings=Settings(engine="sparrow"), limit=2, progress=False)
+    first = await evaluate(data, out, settings=Settings(engine="sparrow"), options=EvalOptions(limit=2, progress=False))
     assert first.rows == 2 and set(pairs(out)) == {(f"r{i}", q) for i in range(2) for q in EXPLICIT}
-    second = await evaluate(data, out, settings=Settings(engine="sparrow"), progress=True)  # the bar, on stderr
+    second = await evaluate(
+        data, out, settings=Settings(engine="sparrow"), options=EvalOptions(progress=True)
+    )  # the bar, on stderr
     assert second.rows == 6 and second.started_at == first.started_at
     assert pairs(out) == Counter({(f"r{i}", q): 1 for i in range(6) for q in EXPLICIT})
 
@@ -339,7 +358,9 @@ async def test_an_interrupted_run_resumes_where_it_stopped(tmp_path: Path, monke
             run.cancel()
 
     monkeypatch.setattr(evaluate_module, "write_prediction", write_then_interrupt)
-    run = asyncio.create_task(evaluate(data, out, settings=settings, concurrency=1, progress=False))
+    run = asyncio.create_task(
+        evaluate(data, out, settings=settings, options=EvalOptions(concurrency=1, progress=False))
+    )
     with pytest.raises(asyncio.CancelledError):
         await run
     monkeypatch.setattr(evaluate_module, "write_prediction", real_write)
@@ -349,7 +370,7 @@ async def test_an_interrupted_run_resumes_where_it_stopped(tmp_path: Path, monke
     # As if the interruption had come mid-row: its last question unwritten, a line cut short.
     (out / "predictions.jsonl").write_text("".join(lines[:-1]) + '{"row": "r9", "question": "te', encoding="utf-8")
 
-    info = await evaluate(data, out, settings=settings, concurrency=3, progress=False)
+    info = await evaluate(data, out, settings=settings, options=EvalOptions(concurrency=3, progress=False))
     assert info.finished_at is not None and info.rows == 12
     assert pairs(out) == Counter({(f"r{i}", q): 1 for i in range(12) for q in EXPLICIT})
 
@@ -357,14 +378,16 @@ async def test_an_interrupted_run_resumes_where_it_stopped(tmp_path: Path, monke
 async def test_a_changed_data_file_is_not_resumed(tmp_path: Path) -> None:
     data = write_rows(tmp_path / "rows.jsonl", [explicit("r1", "I was charged twice", team="billing")])
     out = tmp_path / "report"
-    await evaluate(data, out, settings=Settings(engine="sparrow"), progress=False)
+    await evaluate(data, out, settings=Settings(engine="sparrow"), options=EvalOptions(progress=False))
     write_rows(data, [explicit("r1", "I was charged twice", team="technical")])
     with pytest.raises(ConfigError, match="different data_sha256.*--fresh"):
-        await evaluate(data, out, settings=Settings(engine="sparrow"), progress=False)
+        await evaluate(data, out, settings=Settings(engine="sparrow"), options=EvalOptions(progress=False))
     write_rows(data, [explicit("r1", "I was charged twice", team="billing")])
     with pytest.raises(ConfigError, match="different engine"):
-        await evaluate(data, out, settings=Settings(engine="embedded"), progress=False)
-    info = await evaluate(data, out, settings=Settings(engine="embedded"), progress=False, overwrite=True)
+        await evaluate(data, out, settings=Settings(engine="embedded"), options=EvalOptions(progress=False))
+    info = await evaluate(
+        data, out, settings=Settings(engine="embedded"), options=EvalOptions(progress=False, overwrite=True)
+    )
     assert info.engine == "embedded" and sum(pairs(out).values()) == 2
 
 
@@ -376,7 +399,7 @@ async def test_an_engine_that_cannot_answer_gives_error_predictions(
     monkeypatch.setenv("FASTSLOW_JEV__MAX_RETRIES", "0")
     data = write_rows(tmp_path / "rows.jsonl", [explicit("r1", "I was charged twice", team="billing")])
     out = tmp_path / "report"
-    await evaluate(data, out, settings=Settings(engine="jev"), progress=False)
+    await evaluate(data, out, settings=Settings(engine="jev"), options=EvalOptions(progress=False))
     for p in read_predictions(out):
         assert p.answer is None and p.probabilities == {} and not p.kept and p.outcome is None
         assert p.reason in ("engine_error", "timeout") and p.error

@@ -12,6 +12,7 @@ import pytest
 
 from fastslow.policies.evaluation import (
     EXPLICIT_THRESHOLDS,
+    EvalOptions,
     TaskRouter,
     TrainingTexts,
     evaluate,
@@ -20,7 +21,7 @@ from fastslow.policies.evaluation import (
     read_predictions,
 )
 from fastslow.policies.tuning import collect_from_log, drift, logged_prediction
-from fastslow.router import Answer, Decision, EngineName, PolicySet, Question, Settings, State
+from fastslow.router import Answer, ConfigError, Decision, EngineName, PolicySet, Question, Settings, State
 from fastslow.router.engine_api import EngineReply
 
 
@@ -73,8 +74,9 @@ async def test_an_evaluation_runs_on_the_deciders_it_is_given(tmp_path: Path) ->
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     deciders = _Deciders()
+    options = EvalOptions(progress=False)
     info = await evaluate(
-        data, tmp_path / "out", settings=Settings(engine="sparrow"), deciders=deciders, progress=False
+        data, tmp_path / "out", settings=Settings(engine="sparrow"), deciders=deciders, options=options
     )
     assert info.rows == 3 and info.model == "fake-1" and deciders.closed == 1
     predictions = list(read_predictions(tmp_path / "out"))
@@ -171,3 +173,14 @@ async def test_the_log_is_read_through_its_protocol_and_closed(tmp_path: Path) -
     )
     with pytest.raises(Exception, match="no fitted: record"):
         await drift(open_log, settings=Settings(), policy=policy, task="support")
+
+
+@pytest.mark.parametrize(
+    ("given", "key"),
+    [({"split": "dev"}, "split"), ({"concurrency": 0}, "concurrency"), ({"limit": 0}, "limit")],
+)
+def test_eval_options_are_checked_once_when_made_and_name_the_option(given: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        EvalOptions(**given)
+    assert raised.value.key == key
+    assert EvalOptions(split="test", concurrency=1, limit=1).limit == 1

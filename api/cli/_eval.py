@@ -78,7 +78,7 @@ def eval_command(
     ] = None,
 ) -> None:
     """Run every row of an evaluation file and write a report directory (resumable), or compare two."""
-    from fastslow.api._evaluate import evaluate, headline
+    from fastslow.api._evaluate import EvalOptions, evaluate, headline
     from fastslow.policies.evaluation import SPLITS
     from fastslow.router import ConfigError
 
@@ -103,23 +103,19 @@ def eval_command(
     if limit is not None and limit < 1:
         fail(f"--limit: must be at least 1, not {limit}", EXIT_BAD_INPUT)
     settings = load_settings(engine_name, examples)
+    options = EvalOptions(
+        policy=policy,
+        task=task,
+        split=split,
+        concurrency=concurrency,
+        strict=strict,
+        limit=limit,
+        progress=progress,
+        overwrite=fresh,
+    )
 
     try:
-        info = asyncio.run(
-            evaluate(
-                data,
-                out,
-                settings=settings,
-                policy=policy,
-                task=task,
-                split=split,
-                concurrency=concurrency,
-                strict=strict,
-                limit=limit,
-                progress=progress,
-                overwrite=fresh,
-            )
-        )
+        info = asyncio.run(evaluate(data, out, settings=settings, options=options))
     except ConfigError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     except KeyboardInterrupt:

@@ -7,8 +7,9 @@
 * The metrics: accuracy, macro-F1, calibration (ECE, reliability, Brier, log loss), AUROC,
   selective prediction (accuracy–coverage), verdict shares for checks, RouteLLM's APGR and CPT,
   and a paired bootstrap to compare two runs on the same rows.
-* ``evaluate``: answer every row of an evaluation file as production would (a policy task's rows
-  by a ``TaskRouter``, explicit rows by a ``RowEngine``, both built by the caller's ``Deciders``),
+* ``evaluate`` (its options an ``EvalOptions``): answer every row of an evaluation file as production
+  would (a policy task's rows by a ``TaskRouter``, explicit rows by a ``RowEngine``, both built by
+  the caller's ``Deciders``),
   one ``Prediction`` per (row, question), resumable; ``headline`` is its one-line summary, and
   ``prediction`` is how a decision (the router's, or one read back from the log) is scored.
 * ``write_report`` / ``compare_reports``: a run's report directory (``metrics.json``, plots,
@@ -56,6 +57,7 @@ from ._metrics import (
     reliability,
     verdict_shares,
 )
+from ._options import EvalOptions
 from ._plan import EXPLICIT_THRESHOLDS, NONE_OF_THESE
 from ._plots import plot_tuning
 from ._predictions import (
@@ -110,6 +112,7 @@ __all__ = [
     "Decided",
     "Deciders",
     "Difference",
+    "EvalOptions",
     "EvalRow",
     "GapCurve",
     "GroupComparison",

@@ -28,9 +28,10 @@ from fastslow.router import (
 )
 
 from ._deciders import Deciders, TrainingTexts
+from ._options import EvalOptions
 from ._predictions import RunInfo, write_run
 from ._resume import now, resume, sha256
-from ._rows import SPLITS, EvalRow, RowProblem, normalise_label, read_rows
+from ._rows import EvalRow, RowProblem, normalise_label, read_rows
 
 __all__ = ["EXPLICIT_THRESHOLDS", "NONE_OF_THESE", "Job", "Plan", "plan"]
 
@@ -91,16 +92,10 @@ def plan(
     *,
     settings: Settings,
     deciders: Deciders,
-    policy: Path | None,
-    task: str | None,
-    split: str | None,
-    concurrency: int,
-    strict: bool,
-    limit: int | None,
-    overwrite: bool,
+    options: EvalOptions,
 ) -> Plan:
     """Read and check the rows, leave out training rows, and open (or resume) the run in ``out_dir``."""
-    _check_arguments(split=split, concurrency=concurrency, limit=limit)
+    policy, task, split, limit, strict = options.policy, options.task, options.split, options.limit, options.strict
     policy_path = _policy_path(settings, policy, task)
     policy_set = deciders.load_policy(policy_path) if policy_path is not None else None
     if task is not None and policy_set is not None and task not in policy_set.tasks:
@@ -137,9 +132,9 @@ def plan(
         examples=training.counts(jobs),
         dropped_training_rows=tuple(job.row.id for job in dropped),
         started_at=now(),
-        settings=_settings_record(settings, jobs, concurrency=concurrency, limit=limit, strict=strict),
+        settings=_settings_record(settings, jobs, concurrency=options.concurrency, limit=limit, strict=strict),
     )
-    done, prior = resume(out_dir, info, overwrite=overwrite)
+    done, prior = resume(out_dir, info, overwrite=options.overwrite)
     if prior is not None:
         info = replace(info, started_at=prior.started_at or info.started_at)
     write_run(out_dir, info)
@@ -151,15 +146,6 @@ def plan(
         todo=todo,
         prior_model=prior.model if prior is not None else "",
     )
-
-
-def _check_arguments(*, split: str | None, concurrency: int, limit: int | None) -> None:
-    if split is not None and split not in SPLITS:
-        raise ConfigError(f"split must be one of {', '.join(SPLITS)}, not {split!r}", key="split")
-    if concurrency < 1:
-        raise ConfigError(f"concurrency must be at least 1, not {concurrency}", key="concurrency")
-    if limit is not None and limit < 1:
-        raise ConfigError(f"limit must be at least 1, not {limit}", key="limit")
 
 
 def _policy_path(settings: Settings, policy: Path | None, task: str | None) -> Path | None:

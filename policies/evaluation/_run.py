@@ -36,6 +36,7 @@ from fastslow.router import (
 
 from ._decided import prediction
 from ._deciders import Deciders, RowEngine, TaskRouter
+from ._options import EvalOptions
 from ._plan import EXPLICIT_THRESHOLDS, NONE_OF_THESE, Job, plan
 from ._predictions import PREDICTIONS_FILE, Prediction, RunInfo, write_prediction, write_run
 from ._report import write_report
@@ -51,15 +52,7 @@ async def evaluate(
     *,
     settings: Settings,
     deciders: Deciders,
-    policy: Path | None = None,
-    task: str | None = None,
-    split: str | None = None,
-    concurrency: int = 4,
-    strict: bool = False,
-    limit: int | None = None,
-    progress: bool = True,
-    overwrite: bool = False,
-    system2: bool = True,
+    options: EvalOptions | None = None,
 ) -> RunInfo:
     """Answer every row of ``data`` and write ``predictions.jsonl``, ``run.json`` and the report to ``out_dir``.
 
@@ -70,19 +63,8 @@ async def evaluate(
         settings: the engine is ``settings.engine``, trained on ``settings.embedded.examples``.
         deciders: what answers the rows, built from ``settings`` (``fastslow.api.evaluate`` passes
             the engines' own).
-        policy: the policy file whose tasks task rows name; with ``task`` and no ``policy``, the
-            policy fastslow would use (``FASTSLOW_POLICY_FILE``, ``./fastslow-policy.yaml``, the
-            built-in one).
-        task: run every row as this policy task (explicit rows' labels must name its questions).
-        split: only rows whose ``meta.split`` is this.
-        concurrency: rows in flight at once.
-        strict: refuse the file at its first bad row, and refuse rows that are training examples,
-            instead of reporting and skipping them.
-        limit: only the first ``limit`` rows (after ``split``), for quick runs.
-        progress: show a progress bar on stderr.
-        overwrite: start over, discarding a run already in ``out_dir``.
-        system2: whether escalated decisions go to System 2 (off: they stay escalated; fitting
-            System 1's numbers needs only its distributions, and costs nothing this way).
+        options: which rows, as which task, how many at once, and how (``EvalOptions``; its
+            defaults when omitted).
 
     Returns:
         The run record as written to ``run.json``; its ``problems`` list the rows left out.
@@ -91,30 +73,18 @@ async def evaluate(
         ConfigError: a bad argument, policy, examples or data file (``strict``: a bad row), or an
             ``out_dir`` holding another run; the message names the file, line or key.
     """
+    options = options if options is not None else EvalOptions()
     # Reading, checking and hashing a large file blocks: off the event loop, which may be a caller's.
-    planned = await asyncio.to_thread(
-        plan,
-        data,
-        out_dir,
-        settings=settings,
-        deciders=deciders,
-        policy=policy,
-        task=task,
-        split=split,
-        concurrency=concurrency,
-        strict=strict,
-        limit=limit,
-        overwrite=overwrite,
-    )
+    planned = await asyncio.to_thread(plan, data, out_dir, settings=settings, deciders=deciders, options=options)
     info = planned.info
-    runner = _Runner(deciders, planned.policy_path, planned.policy, system2=system2)
+    runner = _Runner(deciders, planned.policy_path, planned.policy, system2=options.system2)
     try:
         await runner.start(jobs=[job for job, _ in planned.todo])
         with (
             (out_dir / PREDICTIONS_FILE).open("a", encoding="utf-8") as fh,
-            _progress(progress, total=info.rows, done=info.rows - len(planned.todo)) as advance,
+            _progress(options.progress, total=info.rows, done=info.rows - len(planned.todo)) as advance,
         ):
-            await _run_all(runner, planned.todo, fh, concurrency=concurrency, advance=advance)
+            await _run_all(runner, planned.todo, fh, concurrency=options.concurrency, advance=advance)
     finally:
         await runner.aclose()
     models = sorted({*runner.models, *(m for m in planned.prior_model.split(", ") if m)})

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Protocol
 
 from fastslow.policies._load import load_policy
-from fastslow.policies.evaluation import RUN_FILE, Prediction, RunInfo, read_predictions, read_rows, read_run
+from fastslow.policies.evaluation import (
+    RUN_FILE,
+    EvalOptions,
+    Prediction,
+    RunInfo,
+    read_predictions,
+    read_rows,
+    read_run,
+)
 from fastslow.router import ConfigError, PolicySet, Settings, Task
 
 from ._fitted import embedder_name
@@ -29,18 +37,7 @@ class Evaluate(Protocol):
     """Runs an evaluation file into a report directory: ``fastslow.api.evaluate`` with its engines."""
 
     async def __call__(
-        self,
-        data: Path,
-        out_dir: Path,
-        *,
-        settings: Settings,
-        policy: Path | None = ...,
-        task: str | None = ...,
-        split: str | None = ...,
-        concurrency: int = ...,
-        progress: bool = ...,
-        overwrite: bool = ...,
-        system2: bool = ...,
+        self, data: Path, out_dir: Path, *, settings: Settings, options: EvalOptions = ...
     ) -> RunInfo: ...
 
 
@@ -112,18 +109,16 @@ async def collect(
         if part is not None and part not in splits_present:
             continue
         folder = out_dir if part is None else out_dir / part
-        info = await evaluate(
-            data,
-            folder,
-            overwrite=_stale(folder, policy_set.version),
-            settings=settings,
+        options = EvalOptions(
             policy=policy,
             task=task,
             split=part,
             concurrency=concurrency,
             progress=progress,
+            overwrite=_stale(folder, policy_set.version),
             system2=False,
         )
+        info = await evaluate(data, folder, settings=settings, options=options)
         predictions += read_predictions(folder)
     usable = [p for p in predictions if p.split != "test" and p.label is not None]
     answered = [p for p in usable if p.answer is not None and p.probabilities]
