@@ -3,6 +3,8 @@ processes sharing it embed a text once, and states join it only for offline eval
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +115,14 @@ def test_the_setting_reaches_the_engines_it_builds(tmp_path: Path) -> None:
     assert engine.cache_states and engine.examples is not None and engine.examples.cache_states
     serving = EmbeddedModels(EmbeddedSettings(embedder="minilm"), cache_dir=tmp_path)
     assert not serving.embedded_engine(None).cache_states
+
+
+def test_a_flushed_cache_is_not_kept_alive_by_its_exit_hook(tmp_path: Path) -> None:
+    cache = EmbeddingCache(tmp_path)
+    cache.embed_states(MiniLMEmbedder(), ["a row of an evaluation"])
+    cache.flush()  # as a closed engine does
+    gone = weakref.ref(cache)
+    del cache
+    gc.collect()
+    assert gone() is None
+    assert list(tmp_path.rglob("*.npz"))  # and what it held was written

@@ -79,7 +79,6 @@ def eval_command(
 ) -> None:
     """Run every row of an evaluation file and write a report directory (resumable), or compare two."""
     from fastslow.api._evaluate import EvalOptions, evaluate, headline
-    from fastslow.policies.evaluation import SPLITS
     from fastslow.router import ConfigError
 
     if compare is not None:
@@ -96,23 +95,20 @@ def eval_command(
     if policy is not None and not policy.is_file():
         fail(f"--policy: no such file {policy}", EXIT_BAD_INPUT)
     engine_name = check_engine(engine)
-    if split is not None and split not in SPLITS:
-        fail(f"--split: must be one of {', '.join(SPLITS)}, not {split!r}", EXIT_BAD_INPUT)
-    if concurrency < 1:
-        fail(f"--concurrency: must be at least 1, not {concurrency}", EXIT_BAD_INPUT)
-    if limit is not None and limit < 1:
-        fail(f"--limit: must be at least 1, not {limit}", EXIT_BAD_INPUT)
+    try:  # checked here, once: the library takes the options whole
+        options = EvalOptions(
+            policy=policy,
+            task=task,
+            split=split,
+            concurrency=concurrency,
+            strict=strict,
+            limit=limit,
+            progress=progress,
+            overwrite=fresh,
+        )
+    except ConfigError as exc:
+        fail(f"--{exc.key}: {exc.message}", EXIT_BAD_INPUT)
     settings = load_settings(engine_name, examples)
-    options = EvalOptions(
-        policy=policy,
-        task=task,
-        split=split,
-        concurrency=concurrency,
-        strict=strict,
-        limit=limit,
-        progress=progress,
-        overwrite=fresh,
-    )
 
     try:
         info = asyncio.run(evaluate(data, out, settings=settings, options=options))

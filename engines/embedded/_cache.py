@@ -22,6 +22,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal, TypeAlias
 
 import numpy as np
 from numpy.typing import NDArray
@@ -33,6 +34,8 @@ from ._embedders import Embedder
 __all__ = ["MEMORY_ONLY_ENTRIES", "STATE_SHARD_ENTRIES", "EmbeddingCache", "default_cache_dir"]
 
 log = logging.getLogger("fastslow.embedded")
+
+_Keep: TypeAlias = Literal["memory", "disk", "states"]
 
 MEMORY_ONLY_ENTRIES = 50_000
 """Embeddings kept in memory only (``persist=False``), most recent first: about 75 MB at 384 dimensions."""
@@ -138,42 +141,7 @@ class EmbeddingCache:
         Raises:
             Abandoned: ``stop`` said to stop while the model ran.
         """
-        keys = [_digest(t) for t in texts]
-        with self._lock:
-            table = self._load(embedder.model_id)
-            missing: dict[bytes, str] = {}
-            found: dict[bytes, NDArray[np.float32]] = {}
-            for key, text in zip(keys, texts, strict=True):
-                vector = table.get(key)
-                if vector is None:
-                    vector = self._recent.get((embedder.model_id, key))
-                if vector is None:
-                    missing.setdefault(key, text)
-                else:
-                    found[key] = vector
-            if missing and persist:
-                # Another process sharing the folder may have embedded them since it was read.
-                self._read_new_shards(embedder.model_id)
-                for key in [k for k in missing if k in table]:
-                    found[key] = table[key]
-                    del missing[key]
-        # The model runs outside the cache's lock: the embedder has its own, fair one, and a long
-        # run must not hold up requests whose texts are all cached.
-        if missing:
-            fresh = embedder.embed(list(missing.values()), stop=stop)
-            with self._lock:
-                for key, vector in zip(missing, fresh, strict=True):
-                    found[key] = vector
-                    if persist:
-                        table[key] = vector
-                    else:
-                        self._remember(embedder.model_id, key, vector)
-                if persist:
-                    self._write(embedder.model_id, list(missing), fresh)
-        out = np.empty((len(texts), embedder.dim), dtype=np.float32)
-        for i, key in enumerate(keys):
-            out[i] = found[key]
-        return out
+        return self._embed(embedder, texts, keep="disk" if persist else "memory", stop=stop)
 
     def embed_states(
         self, embedder: Embedder, texts: Sequence[str], *, stop: StopToken | None = None
@@ -188,32 +156,73 @@ class EmbeddingCache:
         Raises:
             Abandoned: ``stop`` said to stop while the model ran.
         """
-        keys = [_digest(t) for t in texts]
+        return self._embed(embedder, texts, keep="states", stop=stop)
+
+    def _embed(
+        self, embedder: Embedder, texts: Sequence[str], *, keep: _Keep, stop: StopToken | None
+    ) -> NDArray[np.float32]:
+        """``keep``: where new embeddings go: ``memory`` (recent ones only), ``disk`` (a shard
+        now), ``states`` (a shard of ``STATE_SHARD_ENTRIES``, the rest at ``flush``)."""
         model_id = embedder.model_id
+        keys = [_digest(t) for t in texts]
         with self._lock:
             table = self._load(model_id)
-            missing = {key: text for key, text in zip(keys, texts, strict=True) if key not in table}
-            if missing:
+            missing: dict[bytes, str] = {}
+            found: dict[bytes, NDArray[np.float32]] = {}
+            for key, text in zip(keys, texts, strict=True):
+                vector = table.get(key)
+                if vector is None:
+                    vector = self._recent.get((model_id, key))
+                if vector is None:
+                    missing.setdefault(key, text)
+                else:
+                    found[key] = vector
+            if missing and keep != "memory":
+                # Another process sharing the folder may have embedded them since it was read.
                 self._read_new_shards(model_id)
-                missing = {key: text for key, text in missing.items() if key not in table}
+                for key in [k for k in missing if k in table]:
+                    found[key] = table[key]
+                    del missing[key]
+        # The model runs outside the cache's lock: the embedder has its own, fair one, and a long
+        # run must not hold up requests whose texts are all cached.
         if missing:
             fresh = embedder.embed(list(missing.values()), stop=stop)
             with self._lock:
-                pending = self._pending.setdefault(model_id, {})
                 for key, vector in zip(missing, fresh, strict=True):
-                    table[key] = pending[key] = vector
-                if not self._flush_at_exit:
-                    self._flush_at_exit = True
-                    atexit.register(self.flush)
-                if len(pending) >= STATE_SHARD_ENTRIES:
-                    self._flush_model(model_id)
-        return np.stack([table[key] for key in keys]) if keys else np.empty((0, embedder.dim), dtype=np.float32)
+                    found[key] = vector
+                    if keep == "memory":
+                        self._remember(model_id, key, vector)
+                    else:
+                        table[key] = vector
+                if keep == "disk":
+                    self._write(model_id, list(missing), fresh)
+                elif keep == "states":
+                    self._hold(model_id, dict(zip(missing, fresh, strict=True)))
+        out = np.empty((len(texts), embedder.dim), dtype=np.float32)
+        for i, key in enumerate(keys):
+            out[i] = found[key]
+        return out
+
+    def _hold(self, model_id: str, vectors: dict[bytes, NDArray[np.float32]]) -> None:
+        """Keep new state embeddings for a later shard (under the lock); write one when there are enough."""
+        pending = self._pending.setdefault(model_id, {})
+        pending.update(vectors)
+        if not self._flush_at_exit:
+            self._flush_at_exit = True
+            atexit.register(self.flush)
+        if len(pending) >= STATE_SHARD_ENTRIES:
+            self._flush_model(model_id)
 
     def flush(self) -> None:
         """Write the state embeddings not written yet (``embed_states``)."""
         with self._lock:
             for model_id in list(self._pending):
                 self._flush_model(model_id)
+            if self._flush_at_exit:
+                # Nothing is left to write at exit: let a closed engine's cache (and every vector
+                # it holds) go, instead of the exit hook keeping it alive for the process's life.
+                self._flush_at_exit = False
+                atexit.unregister(self.flush)
 
     def _flush_model(self, model_id: str) -> None:
         pending = self._pending.pop(model_id, {})

@@ -14,7 +14,8 @@ __all__ = ["EvalOptions"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EvalOptions:
-    """The options of one ``evaluate`` run, checked when made (a ``ConfigError`` naming the option).
+    """The options of one ``evaluate`` run, checked when made (a ``ConfigError`` whose ``key``
+    names the option, so the command line can name its flag).
 
     The command line builds one from its flags and every layer below passes it whole.
     """
@@ -43,8 +44,8 @@ class EvalOptions:
 
     def __post_init__(self) -> None:
         if self.split is not None and self.split not in SPLITS:
-            raise ConfigError(f"split must be one of {', '.join(SPLITS)}, not {self.split!r}", key="split")
+            raise ConfigError(f"must be one of {', '.join(SPLITS)}, not {self.split!r}", key="split")
         if self.concurrency < 1:
-            raise ConfigError(f"concurrency must be at least 1, not {self.concurrency}", key="concurrency")
+            raise ConfigError(f"must be at least 1, not {self.concurrency}", key="concurrency")
         if self.limit is not None and self.limit < 1:
-            raise ConfigError(f"limit must be at least 1, not {self.limit}", key="limit")
+            raise ConfigError(f"must be at least 1, not {self.limit}", key="limit")
