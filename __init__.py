@@ -13,9 +13,10 @@ What building an agent graph needs is here; each subpackage has its own document
 
 A typical graph::
 
-    from fastslow import build_runtime, get_settings, router_node
+    from fastslow import RouterState, build_runtime, get_settings, router_node
 
     runtime = build_runtime(get_settings())
+    graph = StateGraph(RouterState)  # the node writes the route and the decision there
     graph.add_node("route", router_node(runtime.router, "support"), destinations=("billing", "technical"))
 
 The names below are loaded on first use, so ``import fastslow.router`` loads no sibling package.
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
         FastslowError,
         Noul,
         Router,
+        RouterState,
         Score,
         Settings,
         classify_node,
@@ -57,6 +59,7 @@ __all__ = [
     "FastslowError",
     "Noul",
     "Router",
+    "RouterState",
     "Runtime",
     "Score",
     "Settings",

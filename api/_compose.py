@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -11,10 +12,9 @@ from pathlib import Path
 from fastslow.engines import EnginePool, needs_examples
 from fastslow.engines.chat import Frontier
 from fastslow.policies import PolicySource, PolicyStore, load_policy, locate_policy
-from fastslow.policies.tuning import embedder_name, fit_mismatches
 from fastslow.router import PolicySet, Router, Settings
 
-__all__ = ["Runtime", "build_runtime", "embedder_name", "keeps_state"]
+__all__ = ["Runtime", "build_runtime", "keeps_state", "policy_loader"]
 
 log = logging.getLogger("fastslow.policy")
 
@@ -47,8 +47,21 @@ def keeps_state(router: Router) -> Callable[[str], bool]:
 
 
 def _warn_stale_fits(settings: Settings, path: Path, policy: PolicySet) -> None:
+    # Here, not at the top: the tuning package (numpy and the evaluation code) costs a command that
+    # only loads a policy, such as `fastslow graph list`, a fifth of a second.
+    from fastslow.policies.tuning import embedder_name, fit_mismatches
+
     for line in fit_mismatches(policy, default_engine=settings.engine, embedder=embedder_name(settings)):
         log.warning("%s: %s", path, line)
+
+
+def policy_loader(settings: Settings) -> Callable[[str | os.PathLike[str]], PolicySet]:
+    """``load_policy`` as the runtime loads a policy under ``settings``: the same checks, whoever reads it."""
+    return partial(
+        load_policy,
+        needs_examples=partial(needs_examples, default=settings.engine),
+        default_engine=settings.engine,
+    )
 
 
 def build_runtime(settings: Settings) -> Runtime:
@@ -64,11 +77,7 @@ def build_runtime(settings: Settings) -> Runtime:
     engines = EnginePool(settings)
     store = PolicyStore(
         source.path,
-        loader=partial(
-            load_policy,
-            needs_examples=partial(needs_examples, default=settings.engine),
-            default_engine=settings.engine,
-        ),
+        loader=policy_loader(settings),
         # A reload trains the new policy's engines on the watcher's thread while the old policy and
         # its engines keep serving, and puts the new policy in force only once they are ready: no
         # decision waits for (or times out on) training, or meets an untrained engine.

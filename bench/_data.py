@@ -348,3 +348,24 @@ class Bench:
                 self.work / "data" / f"benign-moderation-{check}.jsonl", rows_of(clean)
             )
         return out
+
+
+def offline_settings(work: Path, embedder: str) -> Any:
+    """The embedded engine with ``embedder``, state under ``work``, the shared embedding cache, and no
+    System 2: an escalated decision stays unresolved, and nothing leaves the machine."""
+    from fastslow.router import Settings
+    from fastslow.router.settings import EmbeddedSettings, System2Settings
+
+    return Settings(
+        engine="embedded",
+        data_dir=work / "state",
+        embedded=EmbeddedSettings(embedder=embedder, cache_dir=embedding_cache_dir()),  # type: ignore[arg-type]
+        system2=System2Settings(default="local:none", local_base_url=None),
+    )
+
+
+def seeded_sample(rows: list[dict[str, Any]], n: int | None, seed: str) -> list[dict[str, Any]]:
+    """``n`` rows drawn with ``seed`` (all of them when ``n`` is ``None`` or not smaller)."""
+    if n is None or n >= len(rows):
+        return rows
+    return random.Random(seed).sample(rows, n)

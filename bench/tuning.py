@@ -43,10 +43,9 @@ from fastslow.engines.chat import call_cost  # noqa: E402
 from fastslow.policies import load_policy  # noqa: E402
 from fastslow.policies.evaluation import Prediction, read_predictions  # noqa: E402
 from fastslow.policies.tuning import PolicyEditor, TooFewLabels, apply_fit, collect, kept_answer, tune  # noqa: E402
-from fastslow.router import ClassifyTask, RouteTask, Settings, Task  # noqa: E402
-from fastslow.router.settings import EmbeddedSettings, System2Settings  # noqa: E402
+from fastslow.router import ClassifyTask, RouteTask, Task  # noqa: E402
 
-from _data import Bench, embedding_cache_dir, log, read_jsonl, wilson, write_jsonl  # noqa: E402
+from _data import Bench, log, offline_settings, read_jsonl, seeded_sample, wilson, write_jsonl  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = Path(os.environ.get("FASTSLOW_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -57,21 +56,6 @@ SHIPPED = (0.7, 0.15)
 SETS = ("clinc", "banking", "xstest")
 SHOTS = {"clinc": 50, "banking": 10}
 """Examples per option: CLINC150's domains as in the System-1 quality targets, Banking77's as CPFT's."""
-
-
-def _settings(work: Path, embedder: str) -> Settings:
-    return Settings(
-        engine="embedded",
-        data_dir=work / "state",
-        embedded=EmbeddedSettings(embedder=embedder, cache_dir=embedding_cache_dir()),  # type: ignore[arg-type]
-        system2=System2Settings(default="local:none", local_base_url=None),
-    )
-
-
-def _sample(rows: list[dict[str, Any]], n: int | None, seed: str) -> list[dict[str, Any]]:
-    if n is None or n >= len(rows):
-        return rows
-    return random.Random(seed).sample(rows, n)
 
 
 def _example_texts(task: Task) -> set[str]:
@@ -113,14 +97,14 @@ async def one_set(
     else:
         tuning = [r for r in rows if r["meta"].get("split") == "train" and r["state"] not in examples]
         tune_rows = 2_000 if tune_rows is None else tune_rows
-    tuning = _sample(tuning, tune_rows, f"{name}-tune")
-    test = _sample([r for r in rows if r["meta"].get("split") == "test"], test_rows, f"{name}-test")
+    tuning = seeded_sample(tuning, tune_rows, f"{name}-tune")
+    test = seeded_sample([r for r in rows if r["meta"].get("split") == "test"], test_rows, f"{name}-test")
     work = bench.work / name
     work.mkdir(parents=True, exist_ok=True)
     tune_file, test_file = write_jsonl(work / "tune.jsonl", tuning), write_jsonl(work / "test.jsonl", test)
     policy = work / "policy.yaml"
     shutil.copyfile(fragment, policy)
-    settings = _settings(bench.work, embedder)
+    settings = offline_settings(bench.work, embedder)
     started = time.monotonic()
     collected = await collect(
         tune_file,
@@ -230,7 +214,7 @@ async def xstest_set(bench: Bench, *, embedder: str, rotations: int) -> dict[str
     [(rule, spec)] = task["rules"].items()
     wording = {k: v for k, v in spec.items() if k not in ("examples", "deny_at", "allow_at")}
     folds = _xstest_folds(read_jsonl(full), random.Random(0))
-    settings = _settings(bench.work, embedder)
+    settings = offline_settings(bench.work, embedder)
     started = time.monotonic()
     predictions: list[Prediction] = []
     fits: list[dict[str, Any]] = []

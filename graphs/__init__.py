@@ -3,13 +3,17 @@
 ``GRAPHS`` names each graph with its factory and the policy tasks it needs; ``run_graph`` runs one
 over a single user message and returns the final state as JSON-able data (the CLI's
 ``fastslow graph list`` / ``fastslow graph run``). Every graph runs offline: with no frontier model
-configured, System-2 steps end with ``outcome: "escalation_unavailable"`` and a message saying so.
+configured, System-2 steps are ``skipped`` and the run ends with ``outcome: "needs_system2"`` and a message
+saying so: System 1's part is done, and the next step needs a System-2 model.
+Given System-1 engines, the tool agent's offline planner proposes its calls instead, so the policy
+gate still judges real calls offline (``_tools``).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
@@ -18,15 +22,24 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 
-from fastslow.router import ChatSource, ConfigError, Router
+from fastslow.router import ChatSource, ConfigError, EngineSource, Router
 
-from ._common import NO_FRONTIER, GraphContext, Outcome, StepRecord, message_record
+from ._common import NO_FRONTIER, GraphContext, Outcome, StepRecord, StepStatus, message_record
 from ._draft import TICKET_SCHEMA, DraftState, draft_graph
 from ._support import SUPPORT_TASK, SupportState, support_graph
-from ._tools import DEMO_TOOLS, TOOL_SAFETY_TASK, ToolAgentState, tool_agent_graph
+from ._tools import (
+    DEMO_FILES,
+    DEMO_TOOLS,
+    TOOL_SAFETY_TASK,
+    ToolAgentContext,
+    ToolAgentState,
+    demo_sandbox,
+    tool_agent_graph,
+)
 from ._validate import schema_errors
 
 __all__ = [
+    "DEMO_FILES",
     "DEMO_TOOLS",
     "GRAPHS",
     "NO_FRONTIER",
@@ -39,9 +52,12 @@ __all__ = [
     "GraphSpec",
     "Outcome",
     "StepRecord",
+    "StepStatus",
     "SupportState",
     "TaskKind",
+    "ToolAgentContext",
     "ToolAgentState",
+    "demo_sandbox",
     "draft_graph",
     "message_record",
     "run_graph",
@@ -64,6 +80,9 @@ class GraphSpec:
     """Builds the uncompiled graph; compile it with your checkpointer and run it with ``context=GraphContext``."""
     tasks: Mapping[str, TaskKind]
     """Policy tasks the graph asks, by name, with the kind each must be."""
+    tools: bool = False
+    """A tool agent: its tools work in a sandbox (``run_graph`` makes a demo one when given none), and
+    it takes a ``ToolAgentContext``, whose System-1 engine its offline planner asks."""
 
 
 GRAPHS: dict[GraphName, GraphSpec] = {
@@ -78,6 +97,7 @@ GRAPHS: dict[GraphName, GraphSpec] = {
         description="A file agent whose every tool call passes the policy gate before it runs.",
         factory=tool_agent_graph,
         tasks={TOOL_SAFETY_TASK: "check"},
+        tools=True,
     ),
     "draft-validate": GraphSpec(
         name="draft-validate",
@@ -110,6 +130,7 @@ async def run_graph(
     thread_id: str | None = None,
     draft_model: str | None = None,
     sandbox: Path | None = None,
+    engines: EngineSource | None = None,
 ) -> dict[str, Any]:
     """Run graph ``name`` over one user message and return its final state as JSON-able data.
 
@@ -120,11 +141,16 @@ async def run_graph(
         checkpointer: keeps the conversation under ``thread_id`` (a fresh id when ``None``), so
             a later run continues it and a paused gate review can be resumed.
         draft_model: the draft worker's model reference (``settings.system2.draft``).
-        sandbox: the directory the tool agent's demo tools work in.
+        sandbox: the directory the tool agent's demo tools work in; when ``None``, a temporary
+            one holding ``DEMO_FILES``, removed after the run.
+        engines: where System-1 engines come from (the runtime's ``EnginePool``): its default
+            engine answers the tool agent's offline planner when no chat model is configured.
+            ``None``: no offline planner.
 
     Returns:
         The state's values (messages as ``{"type", "content", ...}`` dicts), plus ``graph``,
-        ``thread_id`` and, when the run paused for a person, ``interrupts``.
+        ``thread_id``, ``sandbox`` when the run worked in a demo sandbox and, when the run
+        paused for a person, ``interrupts``.
 
     Raises:
         ConfigError: ``name`` is not a graph, or the policy lacks a task the graph needs.
@@ -139,11 +165,18 @@ async def run_graph(
             raise ConfigError(f"graph {name!r} needs a {kind} task {task!r} in the policy", key=f"tasks.{task}")
     app = spec.factory(router).compile(checkpointer=checkpointer)
     thread = thread_id or uuid.uuid4().hex
-    context = GraphContext(chats=chats, draft_model=draft_model, sandbox=sandbox)
-    state = await app.ainvoke(
-        {"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}}, context=context
-    )
     out: dict[str, Any] = {"graph": name, "thread_id": thread}
+    with ExitStack() as stack:
+        context = GraphContext(chats=chats, draft_model=draft_model, sandbox=sandbox)
+        if spec.tools:
+            if sandbox is None:
+                sandbox = stack.enter_context(demo_sandbox())
+                out["sandbox"] = f"a temporary demo folder holding {', '.join(DEMO_FILES)}, removed after the run"
+            system1 = engines.engine_for(None, policy) if engines is not None else None
+            context = ToolAgentContext(chats=chats, draft_model=draft_model, sandbox=sandbox, system1=system1)
+        state = await app.ainvoke(
+            {"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}}, context=context
+        )
     for key, value in state.items():
         if key == "__interrupt__":
             out["interrupts"] = [{"id": i.id, "value": _jsonable(i.value)} for i in value]

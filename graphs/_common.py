@@ -19,6 +19,7 @@ __all__ = [
     "GraphContext",
     "Outcome",
     "StepRecord",
+    "StepStatus",
     "ai_message",
     "call_chat",
     "message_record",
@@ -28,9 +29,13 @@ __all__ = [
 NO_FRONTIER = "no frontier model configured"
 """The words every offline System-2 step ends with (the router's own escalation detail says the same)."""
 
-Outcome: TypeAlias = Literal["answered", "escalation_unavailable", "engine_error", "invalid_answer", "step_limit"]
-"""How a graph run ended: answered; a System-2 step had no model configured; a model failed; the
-answer failed validation even after escalation; the tool loop hit its round limit."""
+Outcome: TypeAlias = Literal["answered", "needs_system2", "engine_error", "invalid_answer", "step_limit"]
+"""How a graph run ended: answered; System 1 did its part and the next step needs a System-2 model,
+none being configured (what an offline run ends with: not a failure); a model failed; the answer
+failed validation even after escalation; the tool loop hit its round limit."""
+
+StepStatus: TypeAlias = Literal["done", "skipped", "failed"]
+"""A System-2 step ran (``done``), had no model configured to run on (``skipped``), or its model failed."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,7 +59,7 @@ class StepRecord(TypedDict):
 
     node: str
     model: str | None
-    ok: bool
+    status: StepStatus
     detail: str
     cost_usd: float | None
     """From the provider's token counts and ``system2.prices``; ``None`` when unpriced or nothing ran."""
@@ -64,7 +69,7 @@ class StepRecord(TypedDict):
 class Failed:
     """A System-2 step that produced nothing: no model configured, or the model failed."""
 
-    outcome: Literal["escalation_unavailable", "engine_error"]
+    outcome: Literal["needs_system2", "engine_error"]
     note: str
     model: str | None = None
 
@@ -83,7 +88,7 @@ async def call_chat(
     if chat is None:
         which = f" for {ref}" if ref else ""
         return Failed(
-            "escalation_unavailable",
+            "needs_system2",
             f"This request needs a System-2 model, but there is {NO_FRONTIER}{which}. Set "
             "FASTSLOW_SYSTEM2__DEFAULT and a key or base URL for its provider (such as OPENAI_API_KEY).",
         )
@@ -106,8 +111,9 @@ def ai_message(result: ChatResult, node: str) -> AIMessage:
 
 def step(node: str, outcome: ChatResult | Failed, detail: str = "") -> StepRecord:
     if isinstance(outcome, Failed):
-        return {"node": node, "model": outcome.model, "ok": False, "detail": outcome.note, "cost_usd": None}
-    return {"node": node, "model": outcome.model, "ok": True, "detail": detail, "cost_usd": outcome.cost_usd}
+        status: StepStatus = "skipped" if outcome.outcome == "needs_system2" else "failed"
+        return {"node": node, "model": outcome.model, "status": status, "detail": outcome.note, "cost_usd": None}
+    return {"node": node, "model": outcome.model, "status": "done", "detail": detail, "cost_usd": outcome.cost_usd}
 
 
 def message_record(message: BaseMessage) -> dict[str, Any]:

@@ -80,7 +80,7 @@ async def draft(state: DraftState, runtime: Runtime[GraphContext]) -> Command[Li
     """The local draft worker; without one (or when it fails) the request goes straight to the frontier."""
     ctx = runtime.context
     if ctx.draft_model is None:
-        skipped = Failed("escalation_unavailable", "no local draft worker configured (system2.draft)")
+        skipped = Failed("needs_system2", "no local draft worker configured (system2.draft)")
         return Command(goto=FRONTIER, update={"steps": [step(DRAFT, skipped)]})
     result = await call_chat(
         ctx.chats, ctx.draft_model, _prompt(state), state.get("messages", []), schema=_schema(state)

@@ -225,6 +225,42 @@ def _config_error(problems: list[tuple[Loc, str]], lines: Mapping[Loc, int], sou
     return error
 
 
+# PyYAML's words for a key or list item at the wrong depth: its own text says nothing of indentation.
+_INDENTATION_PROBLEMS = (
+    "mapping values are not allowed here",
+    "expected <block end>",
+    "did not find expected key",
+    "could not find expected ':'",
+    "block sequence entries are not allowed here",
+    "expected '<document start>'",
+)
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _indentation_hint(text: str, index: int | None, problem: str) -> str:
+    """A plain hint for a YAML error that is an indentation mistake (PyYAML names only the line)."""
+    if "'\\t'" in problem:  # PyYAML writes the tab it found as '\t'
+        return ". Hint: YAML indents with spaces only; replace the tab with spaces"
+    if index is None or not any(p in problem for p in _INDENTATION_PROBLEMS):
+        return ""
+    lines = text.splitlines()
+    if not 0 <= index < len(lines):
+        return ""
+    above = next(
+        (i for i in range(index - 1, -1, -1) if lines[i].strip() and not lines[i].lstrip().startswith("#")), None
+    )
+    here = f"line {index + 1} is indented {_indent(lines[index])} spaces"
+    if above is not None:
+        here += f", line {above + 1} above it {_indent(lines[above])}"
+    return (
+        f". Hint: check the indentation ({here}): the keys of one mapping line up exactly, and what a key "
+        "holds goes one level (two spaces) deeper than the key"
+    )
+
+
 def parse_policy(
     data: bytes | str,
     *,
@@ -263,7 +299,8 @@ def parse_policy(
         if exc.context and exc.context_mark and exc.problem_mark and exc.context_mark.line != exc.problem_mark.line:
             context += f" (from line {exc.context_mark.line + 1})"
         what = "; ".join(p for p in (context, exc.problem or "") if p)
-        raise ConfigError(f"invalid YAML: {what}", path=source, line=mark.line + 1 if mark else None) from None
+        hint = _indentation_hint(text, mark.line if mark else None, what)
+        raise ConfigError(f"invalid YAML: {what}{hint}", path=source, line=mark.line + 1 if mark else None) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", path=source) from None
     if not isinstance(doc, Mapping):

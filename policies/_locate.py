@@ -18,7 +18,7 @@ POLICY_FILE_NAME = "fastslow-policy.yaml"
 BUILTIN_POLICY = Path(str(files("fastslow").joinpath("examples", "policy.yaml"))).resolve()
 """The example policy shipped inside the package: the fallback, and what ``fastslow init`` copies."""
 
-PolicyOrigin: TypeAlias = Literal["settings", "working directory", "built-in"]
+PolicyOrigin: TypeAlias = Literal["command line", "settings", "working directory", "built-in"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,6 +30,8 @@ class PolicySource:
 
     def describe(self) -> str:
         """One line for a person: the file, and how to use another one where it is the fallback."""
+        if self.origin == "command line":
+            return f"{self.path} (given on the command line)"
         if self.origin == "settings":
             return f"{self.path} (FASTSLOW_POLICY_FILE)"
         if self.origin == "working directory":

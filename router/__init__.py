@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
+from typing import TYPE_CHECKING
 
 from ._answers import Answer, NoAnswer
 from ._calibration import Calibration, ConfidenceMap, Isotonic, Platt, calibrate
@@ -68,7 +69,6 @@ from ._errors import (
     InvalidRequest,
     failure_summary,
 )
-from ._nodes import classify_node, policy_gate_node, route_edge, router_node
 from ._plugins import installed_engines
 from ._poll import polling
 from ._questions import Choice, Image, Noul, Question, QuestionKind, Score, State
@@ -136,6 +136,7 @@ __all__ = [
     "Route",
     "RouteTask",
     "Router",
+    "RouterState",
     "Rule",
     "Score",
     "Settings",
@@ -187,8 +188,21 @@ _MOVED = {
 }
 
 
+if TYPE_CHECKING:
+    from ._nodes import RouterState, classify_node, policy_gate_node, route_edge, router_node
+
+# The LangGraph nodes load on first use: they import LangGraph (and LangSmith's tracers), about half
+# a second, which the decision log, the engines and the command line's quick commands never need.
+_LAZY = {name: "._nodes" for name in ("RouterState", "classify_node", "policy_gate_node", "route_edge", "router_node")}
+
+
 def __getattr__(name: str) -> object:
     # PEP 562: only names missing from the module come here, so the current names cost nothing.
+    lazy = _LAZY.get(name)
+    if lazy is not None:
+        value = getattr(importlib.import_module(lazy, __name__), name)
+        globals()[name] = value  # found directly from now on
+        return value
     home = _MOVED.get(name)
     if home is None:
         raise AttributeError(f"module 'fastslow.router' has no attribute {name!r}")

@@ -16,21 +16,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from functools import partial
 from typing import Any, Generic, TypeAlias, TypeVar
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
-# The key under which LangGraph hands a running node its task-call hook; only read, to tell a node's
-# run from a bare call of the runnable, where a task cannot be called.
+# The key under which LangGraph hands a running node its state reader; only read, for the graph's
+# state keys (see _state_keys).
+from langgraph._internal._constants import CONFIG_KEY_READ
+from langgraph.graph import MessagesState
 from langgraph.types import Command, Send, interrupt
 
 from ._decisions import Decision
-from ._errors import ConfigError
+from ._errors import ConfigError, InvalidRequest
 from ._gate_checks import GateChecks, refusal
 from ._router import Incumbent, Router
+from ._turns import latest_user_turn
 
-__all__ = ["classify_node", "decision_record", "policy_gate_node", "route_edge", "router_node"]
+__all__ = ["RouterState", "classify_node", "decision_record", "policy_gate_node", "route_edge", "router_node"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -64,10 +68,28 @@ def decision_record(decision: Decision) -> dict[str, Any]:
     }
 
 
+class RouterState(MessagesState, total=False):
+    """Graph state for ``router_node``: the conversation and the two keys the node writes.
+
+    Use it as the graph's state, or subclass it to add keys of your own. Without ``route`` and
+    ``decision`` in the graph's state LangGraph would drop what the node writes without a word, and
+    each follow-up turn would be routed afresh instead of sticking to the conversation's route; so
+    ``router_node`` refuses to run in a graph whose state lacks them.
+    """
+
+    route: str | None
+    """The route the conversation is on: the node reads it as the previous route (stickiness) and
+    writes each decision's; ``None`` when the decision went to the ``escalate_to`` node."""
+    decision: dict[str, Any] | None
+    """The latest routing decision as plain data (``decision_record``): route, confidence, system,
+    reason, policy version."""
+
+
 class _Dual(Runnable[Any, Any], Generic[R]):
     """A runnable whose async path awaits ``afunc`` and whose sync path calls ``func``.
 
     ``finish`` runs in the caller's thread and task either way, so it may call ``interrupt()``.
+    ``check``, when given, is called with the run's config before anything is decided.
     """
 
     def __init__(
@@ -76,18 +98,24 @@ class _Dual(Runnable[Any, Any], Generic[R]):
         func: Callable[[Any], R],
         finish: Callable[[Any, R], Any],
         name: str,
+        check: Callable[[RunnableConfig | None], None] | None = None,
     ):
         self.name = name
         self._afunc = afunc
         self._func = func
         self._finish = finish
+        self._check = check
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        del config, kwargs
+        del kwargs
+        if self._check is not None:
+            self._check(config)
         return self._finish(input, self._func(input))
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        del config, kwargs
+        del kwargs
+        if self._check is not None:
+            self._check(config)
         return self._finish(input, await self._afunc(input))
 
 
@@ -111,18 +139,66 @@ def _bind(incumbent: GraphIncumbent | None, state: Any) -> Incumbent | None:
     return ask
 
 
+def _in_state(exc: InvalidRequest, messages_key: str, runnable: str) -> InvalidRequest:
+    """The router's error about its ``messages`` argument, told as one about the graph state's key."""
+    field = exc.field
+    if field != "messages" and not field.startswith("messages."):
+        return exc
+    where = f"{runnable} reads the conversation from the graph state's {messages_key!r}"
+    return InvalidRequest(messages_key + field.removeprefix("messages"), f"{exc.message} ({where})")
+
+
 def _deciders(
-    router: Router, task: str, messages_key: str, route_key: str, incumbent: GraphIncumbent | None
+    router: Router, task: str, messages_key: str, route_key: str, incumbent: GraphIncumbent | None, runnable: str
 ) -> tuple[Callable[[Any], Coroutine[Any, Any, Decision]], Callable[[Any], Decision]]:
+    # A state with no user turn to route is an error, never a decision: the router says which, and
+    # the error names the state key. The messages are passed as they are (converted where read).
     async def decide(state: Any) -> Decision:
-        messages: Sequence[BaseMessage] = _get(state, messages_key, [])
-        return await router.route(task, messages, previous=_get(state, route_key), incumbent=_bind(incumbent, state))
+        messages = _get(state, messages_key) or ()
+        try:
+            return await router.route(
+                task, messages, previous=_get(state, route_key), incumbent=_bind(incumbent, state)
+            )
+        except InvalidRequest as exc:
+            raise _in_state(exc, messages_key, runnable) from None
 
     def decide_sync(state: Any) -> Decision:
-        messages: Sequence[BaseMessage] = _get(state, messages_key, [])
-        return router.route_sync(task, messages, previous=_get(state, route_key), incumbent=_bind(incumbent, state))
+        messages = _get(state, messages_key) or ()
+        try:
+            return router.route_sync(task, messages, previous=_get(state, route_key), incumbent=_bind(incumbent, state))
+        except InvalidRequest as exc:
+            raise _in_state(exc, messages_key, runnable) from None
 
     return decide, decide_sync
+
+
+def _state_keys(config: RunnableConfig | None) -> Mapping[str, Any] | None:
+    """The state keys (channels) of the graph running the node; ``None`` outside a graph run."""
+    configurable = config.get("configurable") if config else None
+    read = configurable.get(CONFIG_KEY_READ) if configurable else None
+    # LangGraph hands each task ``partial(local_read, scratchpad, channels, managed, task)``, and its
+    # own ToolNode reads the channels from there as well. On any other shape nothing is checked.
+    if isinstance(read, partial) and len(read.args) > 1 and isinstance(read.args[1], Mapping):
+        return read.args[1]
+    return None
+
+
+def _writes_kept(runnable: str, route_key: str, decision_key: str) -> Callable[[RunnableConfig | None], None]:
+    """A check that the graph's state has both keys the node writes: LangGraph drops others unsaid."""
+
+    def check(config: RunnableConfig | None) -> None:
+        channels = _state_keys(config)
+        missing = [key for key in (route_key, decision_key) if channels is not None and key not in channels]
+        if missing:
+            raise ConfigError(
+                f"{runnable} writes {route_key!r} and {decision_key!r} to the graph state, but the state has no "
+                f"{' or '.join(map(repr, missing))}: LangGraph would drop the write without a word, and follow-up "
+                f"turns would lose their route. Build the graph on fastslow.RouterState (or add `{route_key}: "
+                f"str | None` and `{decision_key}: dict[str, Any] | None` to your state), or pass route_key= / "
+                "decision_key= naming keys your state has"
+            )
+
+    return check
 
 
 def router_node(
@@ -137,6 +213,19 @@ def router_node(
     incumbent: GraphIncumbent | None = None,
 ) -> Runnable[Any, Any]:
     """Route the latest user turn: returns ``Command(goto=<node>)`` and writes the decision to state.
+
+    The route goes to ``route_key`` and the decision record to ``decision_key``; the graph's state
+    needs both keys (``RouterState`` has them). A follow-up turn sticks to the route read back from
+    ``route_key`` unless System 1 is confident of a change.
+
+    The conversation under ``messages_key`` may hold anything ``Router.route`` takes (messages,
+    role/content dicts, ``(role, text)`` pairs).
+
+    Raises:
+        ConfigError: when the node runs in a graph whose state has no ``route_key`` or no
+            ``decision_key`` (checked on every run, before anything is decided).
+        InvalidRequest: the state's conversation is empty or missing, has no user turn, or its
+            latest user turn has no text: there is nothing to route, and nothing is decided.
 
     Args:
         routes: route name -> node name, when they differ.
@@ -153,7 +242,9 @@ def router_node(
         goto = escalate_to if decision.outcome is None else mapping.get(decision.outcome, decision.outcome)
         return Command(goto=goto, update={route_key: decision.outcome, decision_key: decision_record(decision)})
 
-    return _Dual(*_deciders(router, task, messages_key, route_key, incumbent), finish, f"router:{task}")
+    name = f"router:{task}"
+    check = _writes_kept(f"router_node({task!r})", route_key, decision_key)
+    return _Dual(*_deciders(router, task, messages_key, route_key, incumbent, name), finish, name, check)
 
 
 def route_edge(
@@ -180,7 +271,7 @@ def route_edge(
     conversation, say). With ``send=True`` the edge returns
     ``Send(<node>, {**state, route_key: <route>, decision_key: <record>})`` instead: that node gets
     the decision in its input and can write it to state; the graph state must then be a mapping.
-    Other arguments are as ``router_node``'s.
+    Other arguments are as ``router_node``'s, and so are the errors for a state with no user turn.
     """
     mapping = dict(routes or {})
 
@@ -192,7 +283,8 @@ def route_edge(
             raise ConfigError(f"route_edge(send=True) needs a mapping graph state, not {type(state).__name__}")
         return Send(goto, {**state, route_key: decision.outcome, decision_key: decision_record(decision)})
 
-    return _Dual(*_deciders(router, task, messages_key, route_key, incumbent), finish, f"route:{task}")
+    name = f"route:{task}"
+    return _Dual(*_deciders(router, task, messages_key, route_key, incumbent, name), finish, name)
 
 
 def _pending_calls(messages: Sequence[AnyMessage]) -> list[dict[str, Any]]:
@@ -294,13 +386,29 @@ def classify_node(
 ) -> Runnable[Any, Any]:
     """Answer a classification task about the latest user turn and write ``{question: answer}`` to state.
 
-    ``incumbent``: as ``router_node``'s, called with the graph state and each question's name.
+    A state with no user turn is classified by its ``input`` (as JSON). ``incumbent``: as
+    ``router_node``'s, called with the graph state and each question's name.
+
+    Raises:
+        InvalidRequest: the state has neither a user turn nor an ``input``, or its latest user
+            turn has no text: there is nothing to classify.
     """
 
     def text(state: Any) -> str:
-        messages: Sequence[BaseMessage] = _get(state, messages_key, [])
-        human = [m for m in messages if m.type == "human"]
-        return human[-1].text if human else json.dumps(_get(state, "input", ""))
+        messages = _get(state, messages_key)
+        found = latest_user_turn(messages, messages_key) if messages else None
+        if found is None:
+            value = _get(state, "input")
+            if value is None:
+                raise InvalidRequest(
+                    messages_key,
+                    f"has no user turn, and the graph state no 'input': classify_node({task!r}) has nothing to read",
+                )
+            return json.dumps(value)
+        index, message = found
+        if not message.text.strip():
+            raise InvalidRequest(f"{messages_key}.{index}", "the latest user turn has no text to read")
+        return message.text
 
     async def classify(state: Any) -> dict[str, Decision]:
         return await router.classify(task, text(state), incumbent=_bind(incumbent, state))

@@ -11,9 +11,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, MessageLikeRepresentation
 
 from ._answers import Answer, NoAnswer
 from ._breaker import failure_log_level
@@ -34,8 +34,11 @@ from ._escalate import ask_system2
 from ._questions import Question, State
 from ._sync import NOT_NOW, Plan, Step, _NotNow, run_async, run_sync
 from ._tasks import CheckTask, ClassifyTask, PolicySet, RouteTask, Rule, Task, TaskCommon
-from ._turns import split_turns
+from ._turns import as_messages, split_turns
 from ._work import budget_s
+
+if TYPE_CHECKING:
+    from langchain_core.prompt_values import PromptValue
 
 __all__ = ["ChatSource", "CheckResult", "DecisionSink", "EngineSource", "Router"]
 
@@ -279,22 +282,31 @@ class Router:
     async def route(
         self,
         task_name: str,
-        messages: Sequence[BaseMessage],
+        messages: Sequence[MessageLikeRepresentation] | str | PromptValue,
         *,
         previous: str | None = None,
         incumbent: Incumbent | None = None,
     ) -> Decision:
         """Pick a route for the latest user turn; ``previous`` is the route the conversation is on.
 
-        ``incumbent`` is what decides a task in shadow mode (``mode: shadow``) instead of System 2:
-        called with the task's name, it returns the route (``None``: it could not say).
+        ``messages`` is the conversation in any form LangChain takes (``convert_to_messages``):
+        message objects, ``{"role": "user", "content": ...}`` dicts, ``(role, text)`` pairs, a
+        ``PromptValue``, or a plain string as one user turn. ``incumbent`` is what decides a task in
+        shadow mode (``mode: shadow``) instead of System 2: called with the task's name, it returns
+        the route (``None``: it could not say).
+
+        Raises:
+            InvalidRequest: ``messages`` (``field`` names it, or the item at fault as
+                ``messages.<index>``) is empty, has no user turn, its latest user turn has no text,
+                or it is not a conversation. Nothing is decided or recorded then.
+            ConfigError: the policy has no such route task.
         """
         return await run_async(self._route(task_name, messages, previous, incumbent))
 
     def route_sync(
         self,
         task_name: str,
-        messages: Sequence[BaseMessage],
+        messages: Sequence[MessageLikeRepresentation] | str | PromptValue,
         *,
         previous: str | None = None,
         incumbent: Incumbent | None = None,
@@ -308,7 +320,11 @@ class Router:
         return run_sync(self._route(task_name, messages, previous, incumbent))
 
     def _route(
-        self, task_name: str, messages: Sequence[BaseMessage], previous: str | None, incumbent: Incumbent | None
+        self,
+        task_name: str,
+        messages: Sequence[MessageLikeRepresentation] | str | PromptValue,
+        previous: str | None,
+        incumbent: Incumbent | None,
     ) -> Plan[Decision]:
         policy = self.policy
         task = self._task(policy, task_name, RouteTask)
@@ -420,13 +436,18 @@ class Router:
         task_name: str,
         item: str | ToolCall | Mapping[str, Any],
         *,
-        context: Sequence[BaseMessage] = (),
+        context: Sequence[MessageLikeRepresentation] | str | PromptValue = (),
         incumbent: Incumbent | None = None,
     ) -> CheckResult:
         """Apply a policy check's rules to a text or a proposed tool call.
 
-        In shadow mode ``incumbent`` (called with each rule's name, returning ``allow``, ``review``
-        or ``deny``) or System 2 judges instead; what nobody could judge is denied.
+        ``context`` is the conversation before it, in any form ``route`` takes its ``messages``
+        (a plain string is one user turn). In shadow mode ``incumbent`` (called with each rule's
+        name, returning ``allow``, ``review`` or ``deny``) or System 2 judges instead; what nobody
+        could judge is denied.
+
+        Raises:
+            InvalidRequest: ``context`` (or its item ``context.<index>``) is not a conversation.
         """
         return await run_async(self._check(task_name, item, context, incumbent))
 
@@ -435,7 +456,7 @@ class Router:
         task_name: str,
         item: str | ToolCall | Mapping[str, Any],
         *,
-        context: Sequence[BaseMessage] = (),
+        context: Sequence[MessageLikeRepresentation] | str | PromptValue = (),
         incumbent: Incumbent | None = None,
     ) -> CheckResult:
         """``check`` for sync code, in the calling thread where it can be (as ``route_sync``)."""
@@ -445,9 +466,10 @@ class Router:
         self,
         task_name: str,
         item: str | ToolCall | Mapping[str, Any],
-        context: Sequence[BaseMessage],
+        conversation: Sequence[MessageLikeRepresentation] | str | PromptValue,
         incumbent: Incumbent | None,
     ) -> Plan[CheckResult]:
+        context = as_messages(conversation, "context")
         policy = self.policy
         task = self._task(policy, task_name, CheckTask)
         state = check_state(item)

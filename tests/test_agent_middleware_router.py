@@ -118,6 +118,19 @@ async def test_each_user_turn_gets_its_model_and_keeps_it_for_the_whole_tool_loo
     assert second["messages"][-1].content == "refund on its way"
 
 
+async def test_a_user_turn_system_1_cannot_read_goes_to_the_frontier_model_without_a_decision() -> None:
+    # An image alone: no text to route. The turn is the frontier model's, and the agent goes on.
+    router, engine, sink = counted_router()
+    log = Answered()
+    agent = _agent(router, _models(log, frontier=[AIMessage("a nice picture")]), InMemorySaver())
+    image = {"type": "image", "url": "https://example.com/cat.png"}
+    state = await agent.ainvoke({"messages": [HumanMessage(content=[image])]}, {"configurable": {"thread_id": "img"}})
+    record = state[ROUTE_KEY]
+    assert record["model"] == "frontier" and record["route"] is None and record["reason"] == "unreadable"
+    assert "no text" in record["detail"]
+    assert log.models == ["frontier"] and _routings(engine) == 0 and sink.decisions == []
+
+
 def test_under_invoke_a_paused_tool_loop_resumes_on_the_same_model(tmp_path: Path) -> None:
     router, engine, _ = counted_router()
     log = Answered()

@@ -1,12 +1,14 @@
 """Every error status the API promises, each a clear JSON error, and never a 500 for bad input or outages.
 
 401 missing or unknown key, 403 revoked key, 404 unknown decision or path, 413 oversized body
-(plain or zstd), 422 invalid request, 429 per-key rate limit (shared by replicas through the
-database), 503 when the decision log fails; an engine outage makes decisions fail closed or escalate.
+(plain or zstd), 415 a JSON body without Content-Type: application/json, 422 invalid request, 429
+per-key rate limit (shared by replicas through the database), 503 when the decision log fails; an
+engine outage makes decisions fail closed or escalate.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
@@ -114,6 +116,39 @@ async def test_422_names_the_field(api: RunningApi, key: str, body: bytes, field
     error = _error(response, 422)
     assert error["type"] == "invalid_request"
     assert error["field"] == field
+
+
+JSON_BODIES = {
+    "/v1/policy-check": CHECK,
+    "/v1/policy-check/batch": {"items": [CHECK]},
+    "/v1/route": {"task": "support", "messages": [{"role": "user", "content": "refund please"}]},
+    "/v1/decisions/0123456789abcdef0123456789abcdef/outcome": {"label": "allow"},
+}
+
+
+@pytest.mark.parametrize("path", list(JSON_BODIES))
+@pytest.mark.parametrize(
+    ("headers", "named"),
+    [({}, "(no Content-Type was given)"), ({"content-type": "text/plain; charset=utf-8"}, "'text/plain'")],
+)
+async def test_415_names_the_content_type_a_json_body_needs(
+    api: RunningApi, key: str, path: str, headers: dict[str, str], named: str
+) -> None:
+    # A valid body: only its Content-Type is wrong, or missing (curl -d sends form-urlencoded, a
+    # hand-written client often sends none).
+    async with api_client(api.url, key) as client:
+        response = await client.post(path, content=json.dumps(JSON_BODIES[path]).encode(), headers=headers)
+    error = _error(response, 415)
+    assert error["type"] == "unsupported_media_type" and "field" not in error
+    assert "send the JSON body with the header Content-Type: application/json" in error["message"]
+    assert named in error["message"]
+
+
+async def test_the_jev_gateway_still_reads_a_body_without_content_type_as_json(api: RunningApi, key: str) -> None:
+    body = {"state": "refund please", "questions": {"q": {"type": "noul", "instructions": "A refund?"}}}
+    async with api_client(api.url, key) as client:
+        response = await client.post("/v1/systemone", content=json.dumps(body).encode())
+    assert response.status_code == 200, response.text  # as Jev's own /v1/systemone does
 
 
 async def test_429_per_key_and_shared_by_replicas(tmp_path: Path) -> None:

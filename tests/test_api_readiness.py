@@ -78,6 +78,10 @@ async def test_without_a_fallback_system2_serves_what_escalates_and_fail_closed_
         escalates = task.on_failure == "escalate" and not task.egress.local_only and configured
         assert body["paths"][name] == ("system2" if escalates else "none"), name
     assert "system2" in body["paths"].values() and "none" in body["paths"].values()
+    # Only OpenAI has a key: the status names the model that has none, its tasks and the variable to set.
+    status = body["system2_status"]
+    assert status.startswith("partly configured: ") and "anthropic:claude-sonnet-4-6 for triage" in status
+    assert "set ANTHROPIC_API_KEY" in status and "OPENAI_API_KEY" not in status
 
 
 async def test_an_open_system2_breaker_leaves_a_task_without_a_path(tmp_path: Path) -> None:

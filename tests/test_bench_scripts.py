@@ -39,6 +39,23 @@ def test_the_tuning_quick_mode_tunes_then_judges_on_the_test_split(shared_data: 
 
 @pytest.mark.data
 @pytest.mark.slow
+def test_the_builtin_policy_quick_mode_measures_scope_and_tool_calls(shared_data: Path, tmp_path: Path) -> None:
+    script = str(BENCH / "builtin_policy.py")
+    command = [sys.executable, script, "--quick", "--data", str(shared_data), "--work", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["out_of_scope"]["escalated"]["n"] == results["in_scope"]["kept"]["n"] == 200
+    assert all(results["floors_met"].values()), results["floors_met"]
+    tools = results["tool_calls"]
+    assert (tools["destructive"]["n"], tools["ordinary"]["n"]) == (114, 119)
+    assert tools["destructive"]["deny"] > tools["destructive"]["allow"]
+    assert tools["ordinary"]["allow"] > tools["ordinary"]["deny"]
+    assert (tmp_path / "builtin_policy.md").read_text().startswith("## The built-in policy")
+
+
+@pytest.mark.data
+@pytest.mark.slow
 def test_the_context_quick_mode_compares_what_system_1_reads_of_a_conversation(
     shared_data: Path, tmp_path: Path
 ) -> None:
@@ -158,3 +175,21 @@ def test_the_http_service_quick_mode_measures_fastslow_beside_a_bare_route(tmp_p
     assert report["rss"]["checks_last"] > report["rss"]["checks_first"] > 0
     assert [t["target"] for t in report["targets"]][0] == "throughput ≥ 0.6× bare at 8"
     assert (tmp_path / "http.md").read_text().startswith("## HTTP policy-check service")
+
+
+def test_the_cli_startup_bench_times_each_command_beside_the_interpreter() -> None:
+    # One run a command: the shape of the result, not a timing (speed is never a timed test).
+    command = [sys.executable, str(BENCH / "cli_startup.py"), "--runs", "1"]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["failed"] == []
+    assert set(results["median_s"]) == {
+        "python -c pass",
+        "python -c 'import typer'",
+        "fastslow --help",
+        "fastslow keys create",
+        "fastslow graph list",
+        "fastslow policy check",
+    }
+    assert results["ratio_to_python"]["python -c pass"] == 1.0

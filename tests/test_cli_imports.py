@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -56,3 +57,26 @@ def test_building_the_command_line_loads_no_engine_graph_database_or_web_layer()
 def test_init_writes_the_file_name_the_policies_look_for() -> None:
     # init's default path is written out, not imported, to keep the policies out of the start.
     assert _init.POLICY_FILE_NAME == fastslow.policies.POLICY_FILE_NAME
+
+
+def test_keys_create_on_a_migrated_log_loads_neither_langgraph_nor_alembic(tmp_path: Path) -> None:
+    # The quick commands (bench/cli_startup.py times them) must not pay for the graph nodes (LangGraph
+    # and LangSmith's tracers, about half a second) or for Alembic when the log is already migrated.
+    code = (
+        "import sys\n"
+        "from fastslow.api.cli import app\n"
+        "try:\n"
+        "    app(['keys', 'create', '--tenant', 'demo'])\n"
+        "except SystemExit as exit:\n"
+        "    assert not exit.code, exit.code\n"
+        "heavy = ('langgraph', 'langsmith', 'alembic', 'fastslow.router._nodes')\n"
+        "loaded = sorted(h for h in heavy if h in sys.modules)\n"
+        "print(loaded, file=sys.stderr); sys.exit(1 if loaded else 0)"
+    )
+    env = {**os.environ, "FASTSLOW_DATABASE_URL": f"sqlite:///{tmp_path / 'log.db'}"}
+    first = subprocess.run(  # the first command migrates the new log (and may load Alembic to do it)
+        [sys.executable, "-m", "fastslow.api.cli", "keys", "create", "--tenant", "demo"], env=env, capture_output=True
+    )
+    assert first.returncode == 0, first.stderr
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -149,7 +149,7 @@ async def test_support_routes_to_a_specialist_that_answers_with_its_own_prompt(
     assert (reply.content, reply.name) == (f"{node} answer", node)
     system_prompt, *history = chat.calls[0]["messages"]
     assert prompt_word in system_prompt.content and history[-1].content == request_text
-    assert out["steps"] == [{"node": node, "model": "frontier-1", "ok": True, "detail": "", "cost_usd": None}]
+    assert out["steps"] == [{"node": node, "model": "frontier-1", "status": "done", "detail": "", "cost_usd": None}]
 
 
 async def test_open_ended_requests_go_to_the_frontier_agent() -> None:
@@ -161,10 +161,10 @@ async def test_open_ended_requests_go_to_the_frontier_agent() -> None:
 
 async def test_offline_support_ends_in_a_clear_escalation_outcome() -> None:
     out = await _support("hello there", Chats(None))
-    assert out["outcome"] == "escalation_unavailable"
+    assert out["outcome"] == "needs_system2"
     assert NO_FRONTIER in _ai(out["messages"]).content
     assert NO_FRONTIER in out["decision"]["detail"]  # the router could not ask System 2 either
-    assert out["steps"][0]["ok"] is False
+    assert out["steps"][0]["status"] == "skipped"
 
 
 async def test_an_engine_error_is_an_outcome_not_a_crash() -> None:
@@ -278,7 +278,7 @@ async def test_the_tool_loop_stops_after_its_round_limit(sandbox: Path) -> None:
 
 async def test_offline_tool_agent_ends_in_a_clear_escalation_outcome(sandbox: Path) -> None:
     out = await _tools("delete a.txt", Frontier(System2Settings()), sandbox)
-    assert out["outcome"] == "escalation_unavailable" and NO_FRONTIER in _ai(out["messages"]).content
+    assert out["outcome"] == "needs_system2" and NO_FRONTIER in _ai(out["messages"]).content
     assert (sandbox / "a.txt").exists()
 
 
@@ -345,7 +345,7 @@ async def test_a_valid_draft_needs_no_frontier_configured() -> None:
 
 async def test_offline_draft_graph_ends_in_a_clear_escalation_outcome() -> None:
     out = await _draft(Frontier(System2Settings()), draft_model=None)
-    assert (out["answer"], out["produced_by"], out["outcome"]) == (None, None, "escalation_unavailable")
+    assert (out["answer"], out["produced_by"], out["outcome"]) == (None, None, "needs_system2")
     assert NO_FRONTIER in _ai(out["messages"]).content
     assert [s["node"] for s in out["steps"]] == ["draft", "frontier"]
 
@@ -389,7 +389,7 @@ def test_every_registered_graph_builds_against_a_policy_with_its_tasks() -> None
 async def test_run_graph_offline_returns_json_able_state(name: Any, sandbox: Path) -> None:
     out = await run_graph(name, "refund please", router=_router(), chats=Frontier(System2Settings()), sandbox=sandbox)
     assert json.loads(json.dumps(out)) == out
-    assert out["graph"] == name and out["outcome"] == "escalation_unavailable"
+    assert out["graph"] == name and out["outcome"] == "needs_system2"
     assert out["messages"][0] == {"type": "human", "content": "refund please"}
     assert NO_FRONTIER in out["messages"][-1]["content"]
 

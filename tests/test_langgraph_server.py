@@ -279,7 +279,7 @@ def test_a_run_context_chooses_the_agent_model(served: Served) -> None:
     before = len(served.model.requests)
     payload = _ask("support-triage", "The app crashes every time I open the reports page")
     state = _run(served, _thread(served), payload | {"context": {"agent_model": "openai:support-small"}})
-    assert state["route"] == "technical" and state["steps"][-1]["ok"]
+    assert state["route"] == "technical" and state["steps"][-1]["status"] == "done"
     assert [r["model"] for r in served.model.requests[before:]] == ["support-small"]
 
 

@@ -12,11 +12,23 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-from langgraph.graph import END, START, StateGraph, add_messages
+from langgraph.graph import END, START, MessagesState, StateGraph, add_messages
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, Send
 
-from fastslow.router import Decision, Question, Router, State, classify_node, policy_gate_node, router_node
+from fastslow.router import (
+    ConfigError,
+    Decision,
+    InvalidRequest,
+    Question,
+    Router,
+    RouterState,
+    State,
+    classify_node,
+    policy_gate_node,
+    route_edge,
+    router_node,
+)
 
 from fakes.policies import three_task_policy
 from fakes.scripted import Chats, OneEngine, ScriptedEngine
@@ -293,3 +305,110 @@ def test_classify_node_feeds_conditional_edges() -> None:
     out = app.invoke({"messages": [HumanMessage("whenever you can")]})
     assert out["handled"] == ["queue"]
     assert out["classification"] == {"urgent": "no", "tone": "0"}
+
+
+# --- the state the router node writes to, and states with nothing to route --------------------
+
+
+def _counted() -> tuple[Router, ScriptedEngine]:
+    policy = three_task_policy()
+    engine = ScriptedEngine(_keyword_script)
+    return Router(lambda: policy, OneEngine(engine), Chats(None)), engine
+
+
+def _teams_on(state: type[Any], router: Router) -> StateGraph[Any, Any, Any, Any]:
+    graph: StateGraph[Any, Any, Any, Any] = StateGraph(state)
+    graph.add_node("route", router_node(router, "support"), destinations=("billing", "technical", "frontier"))
+    for name in ("billing", "technical", "frontier"):
+        graph.add_node(name, lambda state, name=name: {"messages": [AIMessage(f"{name} here")]})
+        graph.add_edge(name, END)
+    graph.add_edge(START, "route")
+    return graph
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+async def test_router_node_refuses_a_state_that_would_drop_its_route(mode: str) -> None:
+    # LangGraph keeps only the state's keys of an update: on MessagesState the route and the
+    # decision would vanish, and every follow-up would be routed afresh. Refused before deciding.
+    router, engine = _counted()
+    app = _teams_on(MessagesState, router).compile()
+    state = {"messages": [HumanMessage("I was charged twice")]}
+    with pytest.raises(ConfigError, match=r"'route' and 'decision'.*no 'route' or 'decision'.*RouterState"):
+        app.invoke(state) if mode == "invoke" else await app.ainvoke(state)
+    assert engine.calls == []
+
+
+def test_router_node_names_the_one_key_its_custom_state_lacks() -> None:
+    class Partial(MessagesState, total=False):
+        route: str | None
+
+    with pytest.raises(ConfigError, match=r"state has no 'decision':"):
+        _teams_on(Partial, _counted()[0]).compile().invoke({"messages": [HumanMessage("refund")]})
+
+
+def test_router_state_keeps_the_route_across_turns_with_a_checkpointer() -> None:
+    class Mine(RouterState, total=False):
+        handled: Annotated[list[str], operator.add]
+
+    app = _teams_on(Mine, _router()).compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "sticky"}}
+    first = app.invoke({"messages": [{"role": "user", "content": "I was charged twice"}]}, config)
+    assert (first["route"], first["decision"]["reason"]) == ("billing", "confident")
+    # A follow-up System 1 cannot place on its own stays on the conversation's route.
+    out = app.invoke({"messages": [("user", "ok do it")]}, config)
+    assert (out["route"], out["decision"]["reason"]) == ("billing", "sticky")
+    assert out["messages"][-1].content == "billing here"
+
+
+def test_a_plain_list_state_of_dict_messages_is_routed() -> None:
+    class Plain(TypedDict, total=False):
+        messages: list[Any]
+        route: str | None
+        decision: dict[str, Any]
+
+    out = _teams_on(Plain, _router()).compile().invoke({"messages": [{"role": "user", "content": "refund please"}]})
+    assert out["route"] == "billing"
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+async def test_router_node_and_edge_refuse_a_state_with_no_user_turn(mode: str) -> None:
+    router, engine = _counted()
+    node_app = _teams_on(RouterState, router).compile()
+    edge_graph: StateGraph[Any, Any, Any, Any] = StateGraph(RouterState)
+    edge_graph.add_node("billing", lambda state: {})
+    edge_graph.add_node("frontier", lambda state: {})
+    edge_graph.add_conditional_edges(START, route_edge(router, "support"), ["billing", "frontier"])
+    edge_app = edge_graph.compile()
+    cases = [
+        ({"messages": []}, "messages", "is empty"),
+        ({"messages": [AIMessage("How can I help?")]}, "messages", "has no user turn"),
+        ({"messages": [HumanMessage("")]}, "messages.0", "no text"),
+    ]
+    for app in (node_app, edge_app):
+        for state, where, why in cases:
+            with pytest.raises(InvalidRequest, match=why) as raised:
+                app.invoke(state) if mode == "invoke" else await app.ainvoke(state)
+            assert raised.value.field == where
+    assert engine.calls == []
+
+
+def test_the_error_names_the_state_key_the_node_reads() -> None:
+    node = router_node(_router(), "support", messages_key="history")
+    with pytest.raises(InvalidRequest, match=r"has no user turn.*the graph state's 'history'") as raised:
+        node.invoke({"history": [AIMessage("Hello")], "messages": [HumanMessage("refund")]})
+    assert raised.value.field == "history"
+    with pytest.raises(InvalidRequest, match="is empty") as missing:
+        node.invoke({"messages": [HumanMessage("refund")]})
+    assert missing.value.field == "history"
+    # Outside a graph nothing is dropped, so nothing is checked: the command carries the update.
+    command = router_node(_router(), "support").invoke({"messages": [HumanMessage("refund")]})
+    assert command.goto == "billing" and command.update["route"] == "billing"
+
+
+def test_classify_node_with_nothing_to_read_is_an_error() -> None:
+    node = classify_node(_router(), "triage")
+    with pytest.raises(InvalidRequest, match="no user turn, and the graph state no 'input'") as raised:
+        node.invoke({"messages": [AIMessage("Hello")]})
+    assert raised.value.field == "messages"
+    assert node.invoke({"input": {"ticket": "site down now"}})["classification"]["urgent"] == "yes"
+    assert node.invoke({"messages": [("user", "site is down now")]})["classification"]["urgent"] == "yes"

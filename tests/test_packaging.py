@@ -14,6 +14,7 @@ import sys
 import sysconfig
 import tomllib
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,15 @@ def _source_files() -> list[str]:
     return [name for name in listed.split("\0") if name and (REPO / name).is_file()]
 
 
+@dataclass(frozen=True, slots=True)
+class Build:
+    wheel: Path
+    output: str
+    """What the build printed (stdout and stderr), under pip's ``-q`` as ``make install`` runs it."""
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def build(tmp_path_factory: pytest.TempPathFactory) -> Build:
     source = tmp_path_factory.mktemp("source")
     for name in _source_files():
         (source / name).parent.mkdir(parents=True, exist_ok=True)
@@ -51,7 +59,19 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert done.returncode == 0, done.stderr
     (built,) = out.glob("fastslow-*.whl")
-    return built
+    return Build(wheel=built, output=done.stdout + done.stderr)
+
+
+@pytest.fixture(scope="module")
+def wheel(build: Build) -> Path:
+    return build.wheel
+
+
+def test_the_build_prints_no_setuptools_warnings(build: Build) -> None:
+    # `make install` and `make run` build the same way (an editable install is a build too): a
+    # warning here is a screenful on every install, such as a data folder setuptools takes for a
+    # package missing from [tool.setuptools] packages.
+    assert "warning" not in build.output.lower(), build.output
 
 
 def test_the_wheel_holds_the_fastslow_package_and_its_metadata_only(wheel: Path) -> None:
@@ -155,9 +175,23 @@ print(final["route"])
 """
 
 
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _fresh_venv(tmp_path_factory.mktemp("installed"), wheel)
+
+
+def _user_env(tmp_path: Path) -> dict[str, str]:
+    """A user's environment: no FASTSLOW_ settings of the test run but the shared embedding cache
+    (the same weights give the same vectors; only the run's time is saved)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FASTSLOW_", "PYTHON"))}
+    env |= {"FASTSLOW_DATA_DIR": str(tmp_path / "data"), "FASTSLOW_SETTINGS_FILE": str(tmp_path / "none.toml")}
+    if "FASTSLOW_EMBEDDED__CACHE_DIR" in os.environ:
+        env["FASTSLOW_EMBEDDED__CACHE_DIR"] = os.environ["FASTSLOW_EMBEDDED__CACHE_DIR"]
+    return env
+
+
 @pytest.mark.slow
-def test_an_installed_wheel_works_beside_the_users_own_api_and_router(wheel: Path, tmp_path: Path) -> None:
-    venv = _fresh_venv(tmp_path, wheel)
+def test_an_installed_wheel_works_beside_the_users_own_api_and_router(venv: Path, tmp_path: Path) -> None:
     app = tmp_path / "userapp"
     (app / "api").mkdir(parents=True)
     (app / "api" / "__init__.py").write_text(
@@ -165,8 +199,7 @@ def test_an_installed_wheel_works_beside_the_users_own_api_and_router(wheel: Pat
     )
     (app / "router.py").write_text("MINE = True\nrouter_node = 'not fastslow'\n")
     (app / "main.py").write_text(USER_SCRIPT)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FASTSLOW_", "PYTHON"))}
-    env |= {"FASTSLOW_DATA_DIR": str(tmp_path / "data"), "FASTSLOW_SETTINGS_FILE": str(tmp_path / "none.toml")}
+    env = _user_env(tmp_path)
 
     def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run(args, cwd=app, env=env, capture_output=True, text=True, timeout=600, check=False)
@@ -184,3 +217,54 @@ def test_an_installed_wheel_works_beside_the_users_own_api_and_router(wheel: Pat
     assert "the built-in example policy" in ran.stderr
     state = json.loads(ran.stdout)
     assert state["route"] == "billing" and state["decision"]["system"] == 1
+
+
+def _readme_python(heading: str) -> str:
+    """The first Python block of the README after ``heading``, exactly as printed there."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index(heading) :]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start : section.index("```\n", start)]
+
+
+BROKEN_POLICY = "version: 1\ntasks:\n  support:\n    kind: route\n     instructions: Which team?\n"
+
+
+@pytest.mark.slow
+def test_a_newcomers_first_hour_with_the_wheel_outside_the_checkout(venv: Path, tmp_path: Path) -> None:
+    # In a folder of their own, far from the checkout: the README's graph, then the commands they
+    # meet next, as the README and the docs say they behave.
+    home = tmp_path / "newcomer"
+    home.mkdir()
+    env = _user_env(tmp_path)
+
+    def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(args, cwd=home, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+    (home / "graph.py").write_text(_readme_python("## Using the router in a graph"))
+    ran = run(venv / "bin" / "python", "graph.py")
+    assert ran.returncode == 0, ran.stderr
+    first, again = ran.stdout.strip().splitlines()[-2:]
+    assert first.split()[:2] == ["billing", "confident"], ran.stdout
+    assert again == "billing sticky", ran.stdout  # the README says what it prints
+
+    fastslow = venv / "bin" / "fastslow"
+    good = run(fastslow, "policy", "check", "--json")
+    assert good.returncode == 0, good.stderr
+    checked = json.loads(good.stdout)
+    assert checked["ok"] is True and checked["origin"] == "built-in"
+    assert set(checked["tasks"]) == {"support", "triage", "tool_safety"}
+
+    (home / "fastslow-policy.yaml").write_text(BROKEN_POLICY)  # what `fastslow init` writes, then a slip
+    bad = run(fastslow, "policy", "check")
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("error: ") and "fastslow-policy.yaml:5: invalid YAML" in bad.stderr
+    assert "indentation" in bad.stderr
+    assert json.loads(run(fastslow, "policy", "check", "--json").stdout)["error"]["line"] == 5
+    (home / "fastslow-policy.yaml").unlink()
+
+    rows = home / "rows.jsonl"
+    rows.write_text('{"task": "suport", "state": "I was charged twice", "label": "billing"}\n')
+    nothing = run(fastslow, "eval", "--data", rows, "--out", home / "report", "--no-progress")
+    assert nothing.returncode == 3, nothing.stderr
+    assert "did you mean 'support'" in nothing.stderr and "no row was answered" in nothing.stderr

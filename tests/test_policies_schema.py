@@ -73,12 +73,15 @@ def test_example_routing_task() -> None:
     assert isinstance(task, RouteTask)
     assert list(task.routes) == ["billing", "technical", "account", "other"]
     assert task.none_option == "other"
-    assert task.routes["other"] == Route(name="other", description="None of the other routes fits")
-    assert all(len(task.routes[r].examples) == 5 for r in ("billing", "technical", "account"))
+    # "other" is listed with examples of its own: what is not a support request (docs/benchmarks.md).
+    other = task.routes["other"]
+    assert other.description == "None of the other routes fits - not a request for the support teams."
+    assert len(other.examples) == 60
+    assert all(len(task.routes[r].examples) >= 30 for r in ("billing", "technical", "account"))
     assert task.question.options == ("billing", "technical", "account", "other")
     assert task.instructions == "Which team should handle the customer's latest message?"
     assert task.open_ended is not None and task.open_ended.threshold == 0.6
-    assert {k: len(v) for k, v in task.open_ended.examples.items()} == {"yes": 4, "no": 4}
+    assert {k: len(v) for k, v in task.open_ended.examples.items()} == {"yes": 4, "no": 10}
     assert task.sticky == Sticky(enabled=True, min_change_confidence=0.85)
     assert task.thresholds == Thresholds(min_confidence=0.7, min_margin=0.15)
     assert task.read == ReadOptions(timeout_s=2.0)
@@ -111,7 +114,7 @@ def test_example_check_task() -> None:
         assert isinstance(rule.question, Noul)
         assert set(rule.examples) == {"yes", "no"}
         assert all(len(texts) >= 15 for texts in rule.examples.values())
-    assert task.rules["destructive_action"].action == CheckAction(deny_at=0.7, allow_at=0.2, violation="yes")
+    assert task.rules["destructive_action"].action == CheckAction(deny_at=0.5, allow_at=0.15, violation="yes")
 
 
 # -- defaults -----------------------------------------------------------------------------------

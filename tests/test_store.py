@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 
 from fastslow import api
 from fastslow.api.store import DecisionStore, StoredDecision, database_url_for, upgrade
-from fastslow.api.store._engine import VERSION_TABLE, alembic_config, sqlite_path, sync_url
+from fastslow.api.store._engine import HEAD_REVISION, VERSION_TABLE, alembic_config, sqlite_path, sync_url
 from fastslow.api.store._models import Base
 from fastslow.router import ConfigError, Decision, Settings, get_settings
 
@@ -76,6 +76,8 @@ def test_migrations_create_the_schema_and_upgrade_is_idempotent(database_url: st
     upgrade(database_url)
     upgrade(database_url)
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    # A database at HEAD_REVISION is never handed to Alembic: a new migration must move it too.
+    assert head == HEAD_REVISION
     engine = create_engine(sync_url(database_url))
     try:
         with engine.connect() as connection:

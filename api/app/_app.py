@@ -14,8 +14,9 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import RedirectResponse
 
 from fastslow.api._compose import build_runtime
 from fastslow.api._learning import Learner
@@ -95,6 +96,12 @@ def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
     return lifespan
 
 
+async def _to_docs(request: Request) -> RedirectResponse:
+    """``GET /``: a 307 to the API's docs, under the root path a proxy mounts the API at."""
+    root = str(request.scope.get("root_path", "")).rstrip("/")
+    return RedirectResponse(f"{root}{request.app.docs_url}", status_code=307)
+
+
 def create_app(settings: Settings | None = None, *, rate_limit: RateLimit | None = None) -> FastAPI:
     """Build the HTTP API; nothing is opened until the server runs the app's lifespan.
 
@@ -118,6 +125,9 @@ def create_app(settings: Settings | None = None, *, rate_limit: RateLimit | None
     install_error_handlers(app)
     for module in (_policy_check, _route, _systemone, _decisions, _health):
         app.include_router(module.router)
+    # Someone who opens the server's address in a browser lands on the API's docs (until a console
+    # takes the root). A page, not an operation: it stays out of the OpenAPI document.
+    app.add_api_route("/", _to_docs, methods=["GET"], include_in_schema=False)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -84,7 +84,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         403: "The API key was revoked.",
         408: "The request body did not arrive within the server's body timeout.",
         413: "The request body is larger than the server accepts.",
-        415: "Unsupported Content-Encoding.",
+        415: "Unsupported Content-Encoding, or a body sent without Content-Type: application/json.",
         422: "The request is invalid; `field` names the culprit.",
         429: "Too many requests for this API key; see Retry-After.",
         503: "The decision log or an engine is unavailable, or an engine's queue is full; see Retry-After.",

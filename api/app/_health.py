@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+from collections.abc import Callable
 from typing import Any, Literal, TypeAlias
 from urllib.parse import urlsplit
 
@@ -34,10 +36,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from fastslow.engines import EnginePool
-from fastslow.engines.chat import Frontier
+from fastslow.engines.chat import Frontier, ModelRef, Provider
 from fastslow.policies import PolicyStore
 from fastslow.router import ConfigError, EngineError, PolicySet, Router
 from fastslow.router.engine_api import DecisionEngine
+from fastslow.router.settings import System2Settings
 
 from .deps import ServicesDep
 
@@ -81,6 +84,11 @@ class Readiness(BaseModel):
     system2: dict[str, str] = Field(
         default_factory=dict,
         description="Each System-2 model asked so far on this replica, by reference: its breaker's state.",
+    )
+    system2_status: str = Field(
+        description="Whether the System-2 models the policy escalates to are configured, in words: 'configured: "
+        "REFS', 'partly configured: ...' or 'not configured: ...', saying what then happens to decisions that "
+        "need System 2 and which setting configures each. Not configured is not unready."
     )
     paths: dict[str, Path_] = Field(
         default_factory=dict, description="Each policy task: what can answer it now (system1, system2 or none)."
@@ -163,6 +171,7 @@ async def readyz(services: ServicesDep) -> JSONResponse:
         engines=engines,
         breakers=breakers,
         system2=system2,
+        system2_status=_system2_status(policy, settings.system2),
         paths=paths,
         degraded=not all(engines.values()) or any(path != "system1" for path in paths.values()),
         policy_version=policy.version,
@@ -184,6 +193,72 @@ def _system2_up(router: Router, chats: Frontier, task: str) -> bool:
     chat, _why_not = router.system2_for(task)  # configured at all, and allowed by the task's egress rule
     policy = router.policy
     return chat is not None and chats.answerable(policy.tasks[task].escalate_to or policy.default_escalate_to)
+
+
+def _set(value: object, env: str) -> bool:
+    return value is not None or bool(os.environ.get(env))
+
+
+_CONFIGURED: dict[Provider, Callable[[System2Settings], bool]] = {
+    "openai": lambda s: _set(s.openai_api_key, "OPENAI_API_KEY") or _set(s.openai_base_url, "OPENAI_BASE_URL"),
+    "anthropic": lambda s: (
+        _set(s.anthropic_api_key, "ANTHROPIC_API_KEY") or _set(s.anthropic_base_url, "ANTHROPIC_BASE_URL")
+    ),
+    "local": lambda s: bool(s.local_base_url),
+}
+"""Whether a provider is configured, by the rule ``Frontier`` builds its engines by (tests hold the two
+together). Read from the settings rather than asked of ``Frontier``: asking it builds the engine, and a
+probe would pay for importing the provider's SDK (seconds) on the event loop."""
+
+_HOW: dict[Provider, str] = {
+    "openai": "set OPENAI_API_KEY (or FASTSLOW_SYSTEM2__OPENAI_BASE_URL for an OpenAI-compatible server) for openai: "
+    "models",
+    "anthropic": "set ANTHROPIC_API_KEY for anthropic: models",
+    "local": "set FASTSLOW_SYSTEM2__LOCAL_BASE_URL (a self-hosted OpenAI-compatible server) for local: models",
+}
+
+_UNSETTLED = (
+    "what System 1 does not settle stays unsettled (a route comes back without one, which a graph hands to its "
+    "frontier node; a classification comes back without an answer; a check rule that would escalate denies the call)"
+)
+
+
+def _system2_status(policy: PolicySet, settings: System2Settings) -> str:
+    """``Readiness.system2_status``: are the models the policy's tasks escalate to configured, and if not, so what."""
+    tasks_by_ref: dict[str, list[str]] = {}
+    for name, task in sorted(policy.tasks.items()):
+        tasks_by_ref.setdefault(task.escalate_to or policy.default_escalate_to or settings.default, []).append(name)
+    # Keyed as Frontier keys them (it parsed them when the app started: they are valid).
+    fallbacks = {str(ModelRef.parse(ref)): chain for ref, chain in settings.fallbacks.items()}
+    configured: dict[str, bool] = {}
+    how: dict[str, str] = {}
+    for ref in sorted(tasks_by_ref):
+        try:
+            model = ModelRef.parse(ref, key="escalate_to")
+            chain = [model, *(ModelRef.parse(f) for f in fallbacks.get(str(model), ()))]
+        except ConfigError:  # a provider fastslow does not know: the router cannot ask it either
+            configured[ref], how[ref] = False, "name a provider openai, anthropic or local in escalate_to"
+            continue
+        configured[ref] = any(_CONFIGURED[m.provider](settings) for m in chain)
+        how[ref] = _HOW[model.provider]
+    missing = [ref for ref, ok in configured.items() if not ok]
+    if not missing:
+        return f"configured: {', '.join(configured) or 'no task escalates'}"
+    unconfigured = "; ".join(f"{ref} for {', '.join(tasks_by_ref[ref])}" for ref in missing)
+    to_do = "; ".join(dict.fromkeys(how[ref] for ref in missing))
+    if settings.default in missing and not policy.default_escalate_to:
+        to_do += "; FASTSLOW_SYSTEM2__DEFAULT=PROVIDER:MODEL names the model of tasks whose policy names none"
+    if len(missing) == len(configured):
+        return (
+            f"not configured: no key or server for any System-2 model the policy escalates to ({unconfigured}). "
+            f"Nothing is escalated: {_UNSETTLED}. That alone does not make the replica unready. "
+            f"To configure System 2: {to_do}."
+        )
+    ready = ", ".join(ref for ref, ok in configured.items() if ok)
+    return (
+        f"partly configured: {ready} configured; no key or server for {unconfigured}. Those tasks escalate "
+        f"nothing: {_UNSETTLED}. To configure them: {to_do}."
+    )
 
 
 @router.get(

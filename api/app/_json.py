@@ -9,7 +9,8 @@ these with an ``InvalidRequest`` naming where, which the app answers with a 422.
 
 ``StrictJsonRoute`` makes every route of an ``APIRouter`` parse its JSON body through it before
 FastAPI's own handler runs, and caches the value where Starlette's ``request.json()`` looks, so
-FastAPI validates that value and nobody parses the body a second time.
+FastAPI validates that value and nobody parses the body a second time. Its routes that take a body
+model refuse a body without ``Content-Type: application/json`` with a 415 naming the header.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from pydantic import BaseModel
 
 from fastslow.router import InvalidRequest
 from fastslow.router.settings import LimitsSettings
+
+from ._errors import ApiError
 
 __all__ = ["StrictJsonRoute", "json_depth", "model_response", "parse_json_body", "strict_json"]
 
@@ -48,6 +51,7 @@ _NOT_BRACKETS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[^\[\]{}"]+', re.DOTALL)
 _INNERMOST = re.compile(r"\[\]|\{\}")
 """Objects and arrays with nothing (left) inside: one level of nesting."""
 _DEFAULT_DEPTH = LimitsSettings().max_depth
+_JSON_HEADER = "Content-Type: application/json"
 
 _Path: TypeAlias = "tuple[_Path, str | int] | None"
 """A field path as a linked list from the leaf up, so pushing a child costs no copy."""
@@ -292,27 +296,44 @@ async def strict_json(request: Request, *, root: str = "body") -> Any:
     return request._json
 
 
-def _is_json(content_type: str | None) -> bool:
-    # As FastAPI decides to parse a body as JSON, plus a body without a Content-Type, which the
-    # Jev gateway reads as JSON.
-    if not content_type:
-        return True
+def _json_media(content_type: str) -> bool:
+    # As FastAPI decides to parse a body as JSON: application/json or application/*+json.
     media = content_type.split(";")[0].strip().lower()
     return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def _is_json(content_type: str | None) -> bool:
+    # A JSON type, or no Content-Type at all, which the Jev gateway reads as JSON (as Jev does).
+    return not content_type or _json_media(content_type)
+
+
+def _not_json(content_type: str | None) -> ApiError:
+    """The 415 for a body sent to a JSON endpoint without a JSON ``Content-Type``, naming the header."""
+    if not content_type or not content_type.strip():
+        return ApiError(415, f"send the JSON body with the header {_JSON_HEADER} (no Content-Type was given)")
+    media = content_type.split(";")[0].strip()
+    return ApiError(415, f"unsupported Content-Type {media!r}; send the JSON body with the header {_JSON_HEADER}")
 
 
 class StrictJsonRoute(APIRoute):
     """An ``APIRoute`` whose JSON request bodies are parsed strictly (``parse_json_body``) first.
 
     Use as ``APIRouter(route_class=StrictJsonRoute)``. Errors are raised inside the route's
-    handler, so the app's exception handlers answer them (422 naming the field).
+    handler, so the app's exception handlers answer them (422 naming the field). A route that
+    takes a body model answers a body without a JSON ``Content-Type`` (none, or another type) with
+    a 415 naming the header, where FastAPI would validate the raw bytes and say the body is "not a
+    valid dictionary"; a route that reads its own body (the Jev gateway) decides for itself.
     """
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        takes_model = self.body_field is not None
 
         async def strict_handler(request: Request) -> Response:
-            if _is_json(request.headers.get("content-type")) and await request.body():
+            content_type = request.headers.get("content-type")
+            if takes_model and not (content_type and _json_media(content_type)) and await request.body():
+                raise _not_json(content_type)
+            if _is_json(content_type) and await request.body():
                 await strict_json(request)
             return await handler(request)
 

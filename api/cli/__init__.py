@@ -17,6 +17,7 @@ module                 commands
 ``_eval``              ``eval``
 ``_fit``               ``calibrate``, ``tune`` (their shared ``FitOptions``)
 ``_data``              ``data list``, ``data convert``
+``_policy``            ``policy check``
 ``_graph``             ``graph list``, ``graph run``
 ``_keys``              ``keys create``, ``keys list``, ``keys revoke``
 ``_db``                ``db upgrade``, ``db prune``
@@ -27,7 +28,10 @@ module                 commands
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+from typer.core import TyperOption
 
 from ._data import data_app
 from ._db import db_app
@@ -38,10 +42,25 @@ from ._graph import graph_app
 from ._init import init
 from ._keys import keys_app
 from ._learned import learned_app
+from ._policy import policy_app
 from ._report import report_app
 from ._serve import serve
 
 __all__ = ["app", "main"]
+
+
+def _flags_show_no_type() -> None:
+    # Typer (0.29) prints a value type beside every option in --help, `<bool>` beside each flag too,
+    # though a flag takes no value (`--strict / --no-strict  <bool>`): print none for flags.
+    shows_type = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else shows_type(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_show_no_type()
 
 app = typer.Typer(
     name="fastslow",
@@ -65,6 +84,7 @@ app.command("eval")(eval_command)
 app.command("calibrate")(calibrate_command)
 app.command("tune")(tune_command)
 app.add_typer(data_app, name="data")
+app.add_typer(policy_app, name="policy")
 app.add_typer(graph_app, name="graph")
 app.add_typer(keys_app, name="keys")
 app.add_typer(db_app, name="db")

@@ -24,7 +24,7 @@ import typer
 if TYPE_CHECKING:
     from fastslow.api.store import DecisionStore
     from fastslow.policies import PolicySource
-    from fastslow.router import Settings
+    from fastslow.router import PolicySet, Settings
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -37,6 +37,7 @@ __all__ = [
     "fail",
     "load_settings",
     "policy_source",
+    "read_policy",
     "run_store",
     "say_policy",
     "when",
@@ -92,13 +93,31 @@ def load_settings(engine: str | None = None, examples: Path | None = None) -> Se
     return settings.model_copy(update=updates)
 
 
-def policy_source(settings: Settings) -> PolicySource:
-    """The policy file the settings name (or the built-in one); a bad one is one line."""
-    from fastslow.policies import locate_policy
+def policy_source(settings: Settings, given: Path | None = None) -> PolicySource:
+    """The policy a command reads: ``given`` (its ``--policy``), else the one the settings name, the
+    working directory's or the built-in one (``locate_policy``); a missing file is one line."""
+    from fastslow.policies import PolicySource, locate_policy
     from fastslow.router import ConfigError
 
+    if given is not None:
+        if not given.is_file():
+            fail(f"--policy: no such file {given}", EXIT_BAD_INPUT)
+        return PolicySource(path=given, origin="command line")
     try:
         return locate_policy(settings)
+    except ConfigError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+
+
+def read_policy(settings: Settings, given: Path | None = None) -> tuple[PolicySource, PolicySet]:
+    """The policy a command reads (``policy_source``), loaded and checked as the service loads it;
+    a bad file is one line (``file:line: what (key 'k')``) and exit status 2, whichever command reads it."""
+    from fastslow.api._compose import policy_loader
+    from fastslow.router import ConfigError
+
+    source = policy_source(settings, given)
+    try:
+        return source, policy_loader(settings)(source.path)
     except ConfigError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
 

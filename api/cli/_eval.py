@@ -9,7 +9,16 @@ from typing import Annotated
 
 import typer
 
-from ._base import EXIT_BAD_INPUT, EXIT_ENGINE, EXIT_INTERRUPTED, check_engine, fail, load_settings
+from ._base import (
+    EXIT_BAD_INPUT,
+    EXIT_ENGINE,
+    EXIT_INTERRUPTED,
+    check_engine,
+    fail,
+    load_settings,
+    policy_source,
+    say_policy,
+)
 
 __all__ = ["eval_command"]
 
@@ -92,12 +101,14 @@ def eval_command(
         fail("--out: the report directory is required", EXIT_BAD_INPUT)
     if not data.is_file():
         fail(f"--data: no such file {data}", EXIT_BAD_INPUT)
-    if policy is not None and not policy.is_file():
-        fail(f"--policy: no such file {policy}", EXIT_BAD_INPUT)
     engine_name = check_engine(engine)
+    settings = load_settings(engine_name, examples)
+    # One rule, as serve and graph have: --policy, else FASTSLOW_POLICY_FILE, ./fastslow-policy.yaml
+    # or the built-in one. The run reads it only if --task or a row names a task.
+    source = policy_source(settings, policy)
     try:  # checked here, once: the library takes the options whole
         options = EvalOptions(
-            policy=policy,
+            policy=source.path,
             task=task,
             split=split,
             concurrency=concurrency,
@@ -108,7 +119,6 @@ def eval_command(
         )
     except ConfigError as exc:
         fail(f"--{exc.key}: {exc.message}", EXIT_BAD_INPUT)
-    settings = load_settings(engine_name, examples)
 
     try:
         info = asyncio.run(evaluate(data, out, settings=settings, options=options))
@@ -116,8 +126,17 @@ def eval_command(
         fail(str(exc), EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         fail(f"interrupted; run the same command again to resume the run in {out}", EXIT_INTERRUPTED)
+    if info.policy is not None:
+        say_policy(source)
     _say_run_problems(info.problems, len(info.dropped_training_rows))
     summary = headline(out)
     sys.stdout.write(f"report: {out}\n{summary}\n")
-    if summary.predictions and summary.errors == summary.predictions:
+    if not summary.predictions:  # a run that answered nothing is no result, whatever the reason
+        why = (
+            f"every row was bad ({len(info.problems)} skipped; --strict stops at the first)"
+            if info.problems
+            else ("the file has no row to run" + (f" in split {split!r}" if split is not None else ""))
+        )
+        fail(f"no row was answered: {why}", EXIT_ENGINE)
+    if summary.errors == summary.predictions:
         fail(f"System 1 answered no row: {summary.first_error}", EXIT_ENGINE)

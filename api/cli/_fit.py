@@ -166,6 +166,8 @@ def run_fit(options: FitOptions, fit: Fitter) -> None:
     _say_collected(collected, SAMPLE_WORDS)
     for line in result.lines:
         sys.stdout.write(line + "\n")
+    for warning in result.warnings:  # on stderr, as every warning: stdout stays the fit and its diff
+        sys.stderr.write(f"warning: {warning}\n")
     picture = out_dir / f"{options.command}.png"
     if plot(result, picture, task):
         sys.stdout.write(f"accuracy-coverage plot: {picture}\n")

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ._base import EXIT_BAD_INPUT, fail, load_settings, policy_source, say_policy
+from ._base import EXIT_BAD_INPUT, fail, load_settings, read_policy, say_policy
 
 __all__ = ["serve"]
 
@@ -19,19 +19,13 @@ def serve(
     """Run the HTTP API (OpenAPI docs at /docs); migrations run first, API keys come from `fastslow keys create`."""
     from fastslow.api._server import Server, server_config
     from fastslow.api.app import create_app
-    from fastslow.policies import load_policy
-    from fastslow.router import ConfigError
 
     from ._db import migrate
 
     settings = load_settings(None, None)
     # Check what a person can get wrong before the server starts, so a mistake is one line, not
     # a lifespan traceback: the policy file, and the database (which also migrates it).
-    source = policy_source(settings)
-    try:
-        load_policy(source.path)
-    except ConfigError as exc:
-        fail(str(exc), EXIT_BAD_INPUT)
+    source, _ = read_policy(settings)
     say_policy(source)
     migrate(settings)
     # The connection limits of settings.server (timeouts, header size, framing) come with the config.

@@ -11,21 +11,34 @@ from __future__ import annotations
 import importlib.util
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from fastslow.router import ConfigError, Settings
 
-__all__ = ["async_url", "create_store_engine", "database_url_for", "sqlite_path", "sync_url", "upgrade"]
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+__all__ = [
+    "HEAD_REVISION",
+    "async_url",
+    "create_store_engine",
+    "database_url_for",
+    "sqlite_path",
+    "sync_url",
+    "upgrade",
+]
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 VERSION_TABLE = "fastslow_alembic_version"
 """Our own name, so the log can share a database with an application that also uses Alembic."""
+HEAD_REVISION = "0005"
+"""The newest migration's revision: a database already there is not handed to Alembic at all (importing
+and running it costs a short command such as ``fastslow keys create`` more than half its time).
+tests/test_store.py holds it equal to Alembic's own head, so a new migration cannot forget it."""
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for another one (another process, another pooled connection)."""
 
@@ -139,6 +152,8 @@ def _sync_engine(url: str | URL) -> Engine:
 
 def alembic_config(connection: Any = None) -> Config:
     """Alembic's configuration, built in code so migrations run from the installed package (no alembic.ini)."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = connection
@@ -146,14 +161,30 @@ def alembic_config(connection: Any = None) -> Config:
     return config
 
 
+def _at_head(connection: Any) -> bool:
+    """Whether the database records the newest migration (read only: no lock, no Alembic)."""
+    from sqlalchemy import inspect
+
+    if not inspect(connection).has_table(VERSION_TABLE):
+        return False
+    versions = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
+    return list(versions) == [HEAD_REVISION]
+
+
 def upgrade(url: str) -> None:
     """Run the decision log's migrations up to the newest (what ``fastslow db upgrade`` does).
 
     Safe to run again and from several replicas at once: on PostgreSQL the migration takes an
-    advisory lock, so one replica migrates while the others wait and then find nothing to do.
+    advisory lock, so one replica migrates while the others wait and then find nothing to do. A
+    database already at the newest revision is left alone without starting Alembic.
     """
     engine = _sync_engine(url)
     try:
+        with engine.connect() as connection:
+            if _at_head(connection):
+                return
+        from alembic import command
+
         with _ALEMBIC_LOCK, engine.connect() as connection:
             command.upgrade(alembic_config(connection), "head")
     finally:

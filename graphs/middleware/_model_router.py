@@ -11,7 +11,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.runtime import Runtime
 
-from fastslow.router import ConfigError, Decision, Router, RouteTask
+from fastslow.router import ConfigError, Decision, InvalidRequest, Router, RouteTask
 from fastslow.router.graph_api import decision_record
 
 from ._thoughts import without_thoughts
@@ -115,16 +115,22 @@ class ModelRouterMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         turn = _new_turn(state)
         if turn is None:
             return None
-        messages = state["messages"]
-        return self._record(turn, self.router.route_sync(self.task, messages, previous=_previous(state)))
+        try:
+            decision = self.router.route_sync(self.task, state["messages"], previous=_previous(state))
+        except InvalidRequest as exc:
+            return _unreadable(turn, exc)
+        return self._record(turn, decision)
 
     async def abefore_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         del runtime
         turn = _new_turn(state)
         if turn is None:
             return None
-        messages = state["messages"]
-        return self._record(turn, await self.router.route(self.task, messages, previous=_previous(state)))
+        try:
+            decision = await self.router.route(self.task, state["messages"], previous=_previous(state))
+        except InvalidRequest as exc:
+            return _unreadable(turn, exc)
+        return self._record(turn, decision)
 
     def _record(self, turn: str, decision: Decision) -> dict[str, Any]:
         settled = decision.outcome is not None and decision.system == 1 and not decision.escalate
@@ -184,6 +190,13 @@ def _new_turn(state: AgentState[Any]) -> str | None:
     turn = message.id or f"#{index}"
     kept = state.get(ROUTE_KEY)
     return None if isinstance(kept, Mapping) and kept.get("turn") == turn else turn
+
+
+def _unreadable(turn: str, exc: InvalidRequest) -> dict[str, Any]:
+    # A user turn System 1 cannot read (an image alone, no text): nothing to route, so the turn goes
+    # to the frontier model, which can read it, rather than failing the agent. No decision is made.
+    record = {"turn": turn, "model": FRONTIER, "route": None, "reason": "unreadable", "detail": exc.message}
+    return {ROUTE_KEY: record}
 
 
 def _previous(state: AgentState[Any]) -> str | None:

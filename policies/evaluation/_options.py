@@ -21,8 +21,9 @@ class EvalOptions:
     """
 
     policy: Path | None = None
-    """The policy file whose tasks task rows name; with ``task`` and no ``policy``, the policy
-    fastslow would use (``FASTSLOW_POLICY_FILE``, ``./fastslow-policy.yaml``, the built-in one)."""
+    """The policy file whose tasks ``task`` (and task rows) name; ``None``: the one every command
+    uses (``locate_policy``: ``FASTSLOW_POLICY_FILE``, ``./fastslow-policy.yaml``, the built-in one).
+    It is read only when the run needs it: a file of explicit rows never loads a policy."""
     task: str | None = None
     """Run every row as this policy task (explicit rows' labels must name its questions)."""
     split: str | None = None

@@ -96,15 +96,21 @@ def plan(
 ) -> Plan:
     """Read and check the rows, leave out training rows, and open (or resume) the run in ``out_dir``."""
     policy, task, split, limit, strict = options.policy, options.task, options.split, options.limit, options.strict
-    policy_path = _policy_path(settings, policy, task)
-    policy_set = deciders.load_policy(policy_path) if policy_path is not None else None
-    if task is not None and policy_set is not None and task not in policy_set.tasks:
+    policy_path = _policy_path(settings, policy)
+    loaded: list[PolicySet] = []
+
+    def load() -> PolicySet:
+        # Only a run that needs the policy (--task, or a row naming a task) reads it.
+        if not loaded:
+            loaded.append(deciders.load_policy(policy_path))
+        return loaded[0]
+
+    if task is not None and task not in (tasks := load().tasks):
         raise ConfigError(
-            f"no task {task!r} in the policy; its tasks are {', '.join(policy_set.tasks)}",
-            path=str(policy_path),
-            key="task",
+            f"no task {task!r} in the policy; its tasks are {', '.join(tasks)}", path=str(policy_path), key="task"
         )
-    read = read_rows(data, policy=policy_set, strict=strict)
+    read = read_rows(data, policy=load, strict=strict)
+    policy_set = loaded[0] if loaded else None
     problems = [(p.line, str(p)) for p in read.problems]
     rows = [row for row in read.rows if split is None or row.split == split]
     if limit is not None:
@@ -123,7 +129,7 @@ def plan(
         data=str(data),
         data_sha256=sha256(data),
         engine=_engine_name(settings, policy_set, task),
-        policy=str(policy_path) if policy_path is not None else None,
+        policy=str(policy_path) if policy_set is not None else None,
         policy_version=policy_set.version if policy_set is not None else None,
         task=task,
         split=split,
@@ -141,23 +147,20 @@ def plan(
     todo = [(job, missing) for job in jobs if (missing := [q for q in job.questions if (job.row.id, q) not in done])]
     return Plan(
         info=info,
-        policy_path=policy_path,
+        policy_path=policy_path if policy_set is not None else None,
         policy=policy_set,
         todo=todo,
         prior_model=prior.model if prior is not None else "",
     )
 
 
-def _policy_path(settings: Settings, policy: Path | None, task: str | None) -> Path | None:
+def _policy_path(settings: Settings, policy: Path | None) -> Path:
+    """``--policy``, else the file every command uses (``locate_policy``): one rule, as ``serve`` has."""
     if policy is not None:
         if not policy.is_file():
             raise ConfigError(f"no such policy file: {policy}", key="policy")
         return policy
-    # A task needs a policy; one configured on purpose is used even without a task, so task rows
-    # read with the same file the router would use.
-    if task is not None or settings.policy_file is not None:
-        return locate_policy(settings).path
-    return None
+    return locate_policy(settings).path
 
 
 def _task_questions(task: Task) -> dict[str, Question]:

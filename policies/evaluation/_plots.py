@@ -34,7 +34,7 @@ class CoverageSeries(NamedTuple):
 
 
 def plotting_available() -> bool:
-    """Whether matplotlib can be imported (it comes with the ``bench`` extra)."""
+    """Whether matplotlib can be imported (a dependency of fastslow; an environment may have removed it)."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias, get_args
@@ -160,7 +160,7 @@ def _parse(text: str) -> Any:
 class _Reader:
     """Checks rows one at a time; remembers ids and parsed questions across them."""
 
-    def __init__(self, policy: PolicySet | None) -> None:
+    def __init__(self, policy: PolicySet | Callable[[], PolicySet] | None) -> None:
         self._policy = policy
         self._first_line_of: dict[str, int] = {}
         # Rows often share one questions object: parse each once and share the result.
@@ -237,6 +237,8 @@ class _Reader:
             raise _Bad(f"task must be a task name, not {_json_type(name)}", "task")
         if self._policy is None:
             raise _Bad(f"the row names task {name!r}, but no policy was given to read its questions from", "task")
+        if callable(self._policy):
+            self._policy = self._policy()  # a ConfigError (a bad policy file) ends the read
         task = self._policy.tasks.get(name)
         if task is None:
             known = sorted(self._policy.tasks)
@@ -323,7 +325,9 @@ def _lines(path: Path) -> Iterator[tuple[int, str | None]]:
                 yield number, None
 
 
-def read_rows(path: str | Path, *, policy: PolicySet | None = None, strict: bool = False) -> RowsRead:
+def read_rows(
+    path: str | Path, *, policy: PolicySet | Callable[[], PolicySet] | None = None, strict: bool = False
+) -> RowsRead:
     """Read an evaluation file (JSON Lines), streaming, and check every row.
 
     Blank lines are skipped. Each other line is one row; a bad one is left out and reported once,
@@ -331,7 +335,8 @@ def read_rows(path: str | Path, *, policy: PolicySet | None = None, strict: bool
 
     Args:
         path: the ``.jsonl`` file.
-        policy: the policy whose tasks ``task`` rows name; rows that name a task need it.
+        policy: the policy whose tasks ``task`` rows name; rows that name a task need it. A callable
+            is called once, at the first such row: a file of explicit rows never loads the policy.
         strict: raise on the first problem instead of collecting them.
 
     Raises:

@@ -70,7 +70,7 @@ from ._select import (
     tune_thresholds,
 )
 from ._shadow import Shadow, shadow_report
-from ._tune import OUTPUT_TOKENS, PROMPT_TOKENS, CallCost, system2_cost_per_call, tune
+from ._tune import OUTPUT_TOKENS, PROMPT_TOKENS, CallCost, system2_cost_per_call, threshold_warnings, tune
 from ._yaml_edit import PolicyEditor
 
 __all__ = [
@@ -133,6 +133,7 @@ __all__ = [
     "sample_weight",
     "shadow_report",
     "system2_cost_per_call",
+    "threshold_warnings",
     "tune",
     "tune_bands",
     "tune_thresholds",

@@ -44,6 +44,8 @@ class Fit:
     record: dict[str, Any]
     lines: list[str] = field(default_factory=list)
     curve: ThresholdChoice | None = None
+    warnings: list[str] = field(default_factory=list)
+    """What the fit cannot vouch for (``fastslow tune`` prints each as ``warning: ...`` on stderr)."""
 
 
 def now() -> str:

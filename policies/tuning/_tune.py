@@ -11,14 +11,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from fastslow.router import CheckTask, Settings, Task
+from fastslow.router import CheckTask, RouteTask, Settings, Task
 from fastslow.router.settings import ModelPrice
 
 from ._collect import Collected
 from ._fit import Fit, base_record, labelled
-from ._select import BandChoice, TooFewLabels, tune_bands, tune_thresholds
+from ._select import (
+    CONFIDENCE_GRID,
+    MARGIN_GRID,
+    BandChoice,
+    ThresholdChoice,
+    TooFewLabels,
+    tune_bands,
+    tune_thresholds,
+)
 
-__all__ = ["OUTPUT_TOKENS", "PROMPT_TOKENS", "CallCost", "system2_cost_per_call", "tune"]
+__all__ = ["OUTPUT_TOKENS", "PROMPT_TOKENS", "CallCost", "system2_cost_per_call", "threshold_warnings", "tune"]
 
 OUTPUT_TOKENS = 16
 """Tokens a System-2 answer to a typed question takes (an option name and a little JSON)."""
@@ -110,7 +118,46 @@ def tune(
         record["cost_saved_per_1000_usd"] = round(1000 * h.kept * per_call, 6)
     record["system2"] = ref
     edits.append((("tasks", c.task.name, "fitted", "thresholds"), record))
-    return Fit(edits=edits, record=record, lines=lines, curve=choice)
+    return Fit(edits=edits, record=record, lines=lines, curve=choice, warnings=threshold_warnings(c, choice))
+
+
+def threshold_warnings(c: Collected, choice: ThresholdChoice) -> list[str]:
+    """What tuned thresholds cannot vouch for: out-of-scope traffic the rows never showed, a point at
+    the edge of the search (the target did not bind there, so the rows say little about it)."""
+    out: list[str] = []
+    if isinstance(c.task, RouteTask):
+        none = c.task.none_option
+        if none is None:
+            out.append(
+                f"task {c.task.name!r} has no none_of_these route, so no labelled row can show how these thresholds "
+                "treat messages that fit no route; such messages are kept whenever they clear them "
+                "(docs/policies.md: none_of_these)"
+            )
+        elif not any(p.label == none for p in c.fit + c.held_out):
+            out.append(
+                f"no row is labelled {none!r} (out of scope): the rows cannot show how these thresholds treat "
+                "messages that fit no route, and out-of-scope traffic may be kept at them; add labelled "
+                f"out-of-scope rows (label {none!r}), e.g. from `fastslow data convert clinc150-domain`"
+            )
+    loosest = (min(CONFIDENCE_GRID), min(MARGIN_GRID))
+    if (choice.min_confidence, choice.min_margin) == loosest:
+        out.append(
+            f"the chosen thresholds (min_confidence {loosest[0]}, min_margin {loosest[1]}) are the loosest the "
+            f"search tries: the {choice.target:.1%} target did not bind on these rows, so they say nothing about "
+            "where accuracy would fall below it; check that the rows are like the traffic (out-of-scope included) "
+            "or raise --target-accuracy"
+        )
+    elif choice.min_confidence == min(CONFIDENCE_GRID):
+        out.append(
+            f"min_confidence {choice.min_confidence} is the lowest the search tries: the target did not bind on "
+            "confidence, only on the margin"
+        )
+    elif choice.min_confidence == max(CONFIDENCE_GRID):
+        out.append(
+            f"min_confidence {choice.min_confidence} is the highest the search tries: the target holds only at its "
+            "strictest point, keeping few decisions; more or better examples, or a lower target, would keep more"
+        )
+    return out
 
 
 def _savings(kept: float, ref: str, per_call: float | None) -> str:
