@@ -2,7 +2,8 @@
 
 Endpoints: ``POST /v1/policy-check`` (and ``/batch``), ``POST /v1/route``, ``POST /v1/systemone``
 (Jev-compatible), ``GET /v1/decisions/{id}``, ``POST /v1/decisions/{id}/outcome``, ``/healthz``,
-``/readyz``, ``/metrics``; OpenAPI at ``/openapi.json``, docs at ``/docs``.
+``/readyz``, ``/metrics``; OpenAPI at ``/openapi.json``, docs at ``/docs`` and ``/redoc`` (their
+scripts served by the API itself: no network needed).
 """
 
 from ._app import create_app

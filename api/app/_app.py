@@ -23,9 +23,10 @@ from fastslow.api._learning import Learner
 from fastslow.api.store import DecisionStore, database_url_for
 from fastslow.router import Settings, get_settings
 
-from . import _decisions, _health, _policy_check, _route, _systemone
+from . import _decisions, _health, _policy_check, _route, _systemone, _tasks
 from ._admission import GatedEngines
 from ._body import RequestGuardMiddleware
+from ._docs import DOCS_URL, install_docs
 from ._errors import install_error_handlers
 from ._jev_schemas import jev_components
 from ._keycache import KeyCache
@@ -99,7 +100,7 @@ def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
 async def _to_docs(request: Request) -> RedirectResponse:
     """``GET /``: a 307 to the API's docs, under the root path a proxy mounts the API at."""
     root = str(request.scope.get("root_path", "")).rstrip("/")
-    return RedirectResponse(f"{root}{request.app.docs_url}", status_code=307)
+    return RedirectResponse(f"{root}{DOCS_URL}", status_code=307)
 
 
 def create_app(settings: Settings | None = None, *, rate_limit: RateLimit | None = None) -> FastAPI:
@@ -110,7 +111,7 @@ def create_app(settings: Settings | None = None, *, rate_limit: RateLimit | None
         rate_limit: requests per key and window; from the settings when omitted.
 
     Returns:
-        The FastAPI app, with OpenAPI at ``/openapi.json`` and its docs at ``/docs``.
+        The FastAPI app, with OpenAPI at ``/openapi.json`` and its docs at ``/docs`` and ``/redoc``.
     """
     settings = settings if settings is not None else get_settings()
     app = FastAPI(
@@ -118,12 +119,16 @@ def create_app(settings: Settings | None = None, *, rate_limit: RateLimit | None
         version=_version(),
         summary="Typed System-1 decisions with escalation to System 2: policy checks, routing, a Jev gateway.",
         lifespan=_lifespan(settings, rate_limit if rate_limit is not None else RateLimit.from_settings(settings)),
+        # FastAPI's own docs pages load their scripts from a CDN; install_docs serves them from the API.
+        docs_url=None,
+        redoc_url=None,
     )
     app.add_middleware(
         RequestGuardMiddleware, max_bytes=settings.max_body_bytes, body_timeout_s=settings.server.body_timeout_s
     )
     install_error_handlers(app)
-    for module in (_policy_check, _route, _systemone, _decisions, _health):
+    install_docs(app)
+    for module in (_policy_check, _route, _systemone, _decisions, _tasks, _health):
         app.include_router(module.router)
     # Someone who opens the server's address in a browser lands on the API's docs (until a console
     # takes the root). A page, not an operation: it stays out of the OpenAPI document.

@@ -18,48 +18,15 @@ from ._base import EXIT_BAD_INPUT, fail, load_settings, policy_source
 
 if TYPE_CHECKING:
     from fastslow.policies import PolicySource
-    from fastslow.router import PolicySet, Settings, Task
+    from fastslow.router import PolicySet, Settings
 
 __all__ = ["policy_app"]
 
 policy_app = typer.Typer(help="Policy files.", no_args_is_help=True)
 
 
-def _task_summary(task: Task, default_engine: str, default_escalate_to: str | None) -> dict[str, Any]:
-    from fastslow.router import CheckTask, ClassifyTask
-
-    out: dict[str, Any] = {
-        "kind": task.kind,
-        "engine": task.engine or default_engine,
-        "escalate_to": task.escalate_to or default_escalate_to,
-        "mode": task.mode,
-        "on_failure": task.on_failure,
-    }
-    if isinstance(task, CheckTask):
-        # A check's verdicts come from its rules' bands, not from the thresholds.
-        out["rules"] = {
-            name: {
-                "deny_at": rule.action.deny_at,
-                "allow_at": rule.action.allow_at,
-                "examples": sum(len(texts) for texts in rule.examples.values()),
-            }
-            for name, rule in task.rules.items()
-        }
-    else:
-        out["thresholds"] = {"min_confidence": task.thresholds.min_confidence, "min_margin": task.thresholds.min_margin}
-        if isinstance(task, ClassifyTask):
-            out["questions"] = {name: q.kind for name, q in task.questions.items()}
-        else:
-            out["routes"] = list(task.question.options)
-            out["none_of_these"] = task.none_option
-    out["calibration"] = {"temperature": task.calibration.temperature}
-    if task.calibration.questions:
-        out["calibration"]["questions"] = sorted(task.calibration.questions)
-    out["fitted"] = {kind: dict(record) for kind, record in task.fitted.items()}
-    return out
-
-
 def _summary(source: PolicySource, policy: PolicySet, settings: Settings) -> dict[str, Any]:
+    from fastslow.policies import describe_policy
     from fastslow.policies.tuning import embedder_name, fit_mismatches
 
     return {
@@ -67,10 +34,7 @@ def _summary(source: PolicySource, policy: PolicySet, settings: Settings) -> dic
         "file": str(source.path),
         "origin": source.origin,
         "version": policy.version,
-        "tasks": {
-            name: _task_summary(task, settings.engine, policy.default_escalate_to)
-            for name, task in policy.tasks.items()
-        },
+        "tasks": describe_policy(policy, default_engine=settings.engine),
         "warnings": fit_mismatches(policy, default_engine=settings.engine, embedder=embedder_name(settings)),
     }
 
@@ -97,7 +61,8 @@ def _print_text(summary: dict[str, Any], source: PolicySource) -> None:
                 none = f" (none of these: {task['none_of_these']})" if task["none_of_these"] else ""
                 lines.append(f"    routes: {', '.join(task['routes'])}{none}")
             else:
-                lines.append(f"    questions: {', '.join(f'{q} ({k})' for q, k in task['questions'].items())}")
+                asked = ", ".join(f"{q} ({about['kind']})" for q, about in task["questions"].items())
+                lines.append(f"    questions: {asked}")
         if task["calibration"]["temperature"] != 1.0 or "questions" in task["calibration"]:
             lines.append(f"    calibration: temperature {task['calibration']['temperature']}")
         lines.extend(_fitted_line(kind, record) for kind, record in task["fitted"].items())
