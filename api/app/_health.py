@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-from collections.abc import Callable
 from typing import Any, Literal, TypeAlias
 from urllib.parse import urlsplit
 
@@ -36,7 +34,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from fastslow.engines import EnginePool
-from fastslow.engines.chat import Frontier, ModelRef, Provider
+from fastslow.engines.chat import Frontier, ModelRef, Provider, provider_configured
 from fastslow.policies import PolicyStore
 from fastslow.router import ConfigError, EngineError, PolicySet, Router
 from fastslow.router.engine_api import DecisionEngine
@@ -195,21 +193,6 @@ def _system2_up(router: Router, chats: Frontier, task: str) -> bool:
     return chat is not None and chats.answerable(policy.tasks[task].escalate_to or policy.default_escalate_to)
 
 
-def _set(value: object, env: str) -> bool:
-    return value is not None or bool(os.environ.get(env))
-
-
-_CONFIGURED: dict[Provider, Callable[[System2Settings], bool]] = {
-    "openai": lambda s: _set(s.openai_api_key, "OPENAI_API_KEY") or _set(s.openai_base_url, "OPENAI_BASE_URL"),
-    "anthropic": lambda s: (
-        _set(s.anthropic_api_key, "ANTHROPIC_API_KEY") or _set(s.anthropic_base_url, "ANTHROPIC_BASE_URL")
-    ),
-    "local": lambda s: bool(s.local_base_url),
-}
-"""Whether a provider is configured, by the rule ``Frontier`` builds its engines by (tests hold the two
-together). Read from the settings rather than asked of ``Frontier``: asking it builds the engine, and a
-probe would pay for importing the provider's SDK (seconds) on the event loop."""
-
 _HOW: dict[Provider, str] = {
     "openai": "set OPENAI_API_KEY (or FASTSLOW_SYSTEM2__OPENAI_BASE_URL for an OpenAI-compatible server) for openai: "
     "models",
@@ -239,7 +222,9 @@ def _system2_status(policy: PolicySet, settings: System2Settings) -> str:
         except ConfigError:  # a provider fastslow does not know: the router cannot ask it either
             configured[ref], how[ref] = False, "name a provider openai, anthropic or local in escalate_to"
             continue
-        configured[ref] = any(_CONFIGURED[m.provider](settings) for m in chain)
+        # Read from the settings rather than asked of Frontier: asking it builds the engine, and a
+        # probe would pay for importing the provider's SDK (seconds) on the event loop.
+        configured[ref] = any(provider_configured(m.provider, settings) for m in chain)
         how[ref] = _HOW[model.provider]
     missing = [ref for ref, ok in configured.items() if not ok]
     if not missing:

@@ -3,12 +3,14 @@
 
 ``call_cost(price, input_tokens=..., output_tokens=...)`` is what one call costs at a model's
 ``ModelPrice``, as the engines count it, for code that reports costs from logged token counts.
+``provider_configured(provider, settings)`` says whether ``Frontier`` would build a provider's
+engines, without building one (no SDK is imported).
 """
 
 from typing import TYPE_CHECKING
 
 from ._cost import call_cost
-from ._frontier import Frontier, OpenAIApi
+from ._frontier import Frontier, OpenAIApi, provider_configured
 from ._ref import ModelRef, Provider
 from ._thoughts import ThoughtSink, keep_thoughts
 
@@ -28,6 +30,7 @@ __all__ = [
     "ThoughtSink",
     "call_cost",
     "keep_thoughts",
+    "provider_configured",
 ]
 
 # The engines import their provider's SDK: loaded on first use, as ``Frontier`` loads them.

@@ -45,7 +45,7 @@ from ._thoughts import ThoughtSink
 # a reference to that provider is first resolved: a router whose System 2 is never asked, or asks
 # one provider only, pays for no other SDK at start.
 
-__all__ = ["Frontier", "OpenAIApi"]
+__all__ = ["Frontier", "OpenAIApi", "provider_configured"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,20 @@ def _configured(value: object, env: str | None = None) -> bool:
     return value is not None or bool(env and os.environ.get(env))
 
 
+def provider_configured(provider: Provider, settings: System2Settings) -> bool:
+    """Whether ``settings`` (or the SDK's environment variables) configure ``provider``: the one rule
+    ``Frontier`` builds its engines by, readable without building one (no SDK is imported)."""
+    if provider == "openai":
+        return _configured(settings.openai_api_key, "OPENAI_API_KEY") or _configured(
+            settings.openai_base_url, "OPENAI_BASE_URL"
+        )
+    if provider == "anthropic":
+        return _configured(settings.anthropic_api_key, "ANTHROPIC_API_KEY") or _configured(
+            settings.anthropic_base_url, "ANTHROPIC_BASE_URL"
+        )
+    return bool(settings.local_base_url)
+
+
 def _speaks_responses(settings: System2Settings, api: OpenAIApi) -> bool:
     if api != "auto":
         return api == "responses"
@@ -71,8 +85,7 @@ def _speaks_responses(settings: System2Settings, api: OpenAIApi) -> bool:
 
 def _openai(ref: ModelRef, frontier: Frontier) -> ChatEngine | None:
     settings = frontier.settings
-    keyed = _configured(settings.openai_api_key, "OPENAI_API_KEY")
-    if not (keyed or _configured(settings.openai_base_url, "OPENAI_BASE_URL")):
+    if not provider_configured("openai", settings):
         logger.info("no frontier model configured for %s: set system2.openai_api_key or OPENAI_API_KEY", ref)
         return None
     from ._openai import OpenAIChatEngine
@@ -83,7 +96,7 @@ def _openai(ref: ModelRef, frontier: Frontier) -> ChatEngine | None:
 
 
 def _local(ref: ModelRef, frontier: Frontier) -> ChatEngine | None:
-    if not frontier.settings.local_base_url:
+    if not provider_configured("local", frontier.settings):
         logger.info("no self-hosted model configured for %s: set system2.local_base_url", ref)
         return None
     from ._openai import OpenAIChatEngine
@@ -95,8 +108,7 @@ def _local(ref: ModelRef, frontier: Frontier) -> ChatEngine | None:
 
 def _anthropic(ref: ModelRef, frontier: Frontier) -> ChatEngine | None:
     settings = frontier.settings
-    keyed = _configured(settings.anthropic_api_key, "ANTHROPIC_API_KEY")
-    if not (keyed or _configured(settings.anthropic_base_url, "ANTHROPIC_BASE_URL")):
+    if not provider_configured("anthropic", settings):
         logger.info("no frontier model configured for %s: set system2.anthropic_api_key or ANTHROPIC_API_KEY", ref)
         return None
     from ._anthropic import AnthropicChatEngine
