@@ -24,7 +24,7 @@ from langgraph.graph import StateGraph
 
 from fastslow.router import ChatSource, ConfigError, EngineSource, Router
 
-from ._common import NO_FRONTIER, GraphContext, Outcome, StepRecord, StepStatus, message_record
+from ._common import NO_FRONTIER, GraphContext, Outcome, StepRecord, StepStatus, call_text, message_record
 from ._draft import TICKET_SCHEMA, DraftState, draft_graph
 from ._support import SUPPORT_TASK, SupportState, support_graph
 from ._tools import (
@@ -57,6 +57,7 @@ __all__ = [
     "TaskKind",
     "ToolAgentContext",
     "ToolAgentState",
+    "call_text",
     "demo_sandbox",
     "draft_graph",
     "message_record",

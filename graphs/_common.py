@@ -22,6 +22,7 @@ __all__ = [
     "StepStatus",
     "ai_message",
     "call_chat",
+    "call_text",
     "message_record",
     "step",
 ]
@@ -107,6 +108,12 @@ def ai_message(result: ChatResult, node: str) -> AIMessage:
         tool_calls=calls,
         response_metadata={"model_name": result.model},
     )
+
+
+def call_text(call: Mapping[str, Any]) -> str:
+    """A tool call for people, ``name(key=value, ...)``: a ``ToolCall`` dict or its JSON record."""
+    args = call.get("args") or {}
+    return f"{call.get('name')}({', '.join(f'{k}={v}' for k, v in args.items())})"
 
 
 def step(node: str, outcome: ChatResult | Failed, detail: str = "") -> StepRecord:

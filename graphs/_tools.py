@@ -25,7 +25,7 @@ import operator
 import re
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +43,7 @@ from typing_extensions import TypedDict  # see pyproject.toml
 from fastslow.router import Answer, Choice, EngineError, InvalidRequest, Router, policy_gate_node
 from fastslow.router.engine_api import DecisionEngine, ToolSpec
 
-from ._common import Failed, GraphContext, Outcome, StepRecord, ai_message, call_chat, step
+from ._common import Failed, GraphContext, Outcome, StepRecord, ai_message, call_chat, call_text, step
 
 __all__ = [
     "AGENT",
@@ -266,10 +266,6 @@ async def _plan_offline(engine: DecisionEngine, request: str, sandbox: Path | No
     return _Plan(calls, f"{chose}; proposing {tool} for {which}. The policy gate judges each call before it runs")
 
 
-def _shown(call: Mapping[str, Any]) -> str:
-    return f"{call['name']}({', '.join(f'{k}={v}' for k, v in call['args'].items())})"
-
-
 def _judged(messages: Sequence[AnyMessage], gate: Sequence[dict[str, Any]]) -> str:
     """What became of the offline planner's calls: each one's verdict, and what the tool returned."""
     turn = _since_request(messages)
@@ -287,7 +283,7 @@ def _judged(messages: Sequence[AnyMessage], gate: Sequence[dict[str, Any]]) -> s
         if result is not None and verdict is not None and verdict["verdict"] == "allow":
             text = " ".join(str(result.content).split())
             judged += f"; the tool {'failed' if result.status == 'error' else 'returned'}: {text[:120]}"
-        lines.append(f"- {_shown(call)}: {judged}")
+        lines.append(f"- {call_text(call)}: {judged}")
     return "The policy gate judged the offline planner's calls:\n" + "\n".join(lines)
 
 

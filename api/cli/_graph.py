@@ -55,13 +55,10 @@ _SYSTEM2_HOWTO = (
 )
 
 
-def _call(call: dict[str, Any]) -> str:
-    args = ", ".join(f"{k}={v}" for k, v in (call.get("args") or {}).items())
-    return f"{call.get('name')}({args})"
-
-
 def summary(result: dict[str, Any]) -> list[str]:
     """What a run did, for a person: System 1's decision, the gate's verdicts, and what comes next."""
+    from fastslow.graphs import call_text
+
     lines: list[str] = []
     decision = result.get("decision")
     if isinstance(decision, dict):
@@ -75,12 +72,14 @@ def summary(result: dict[str, Any]) -> list[str]:
     calls = {c["id"]: c for m in result.get("messages", []) if isinstance(m, dict) for c in m.get("tool_calls", [])}
     for verdict in result.get("gate", []):
         call = calls.get(verdict["tool_call_id"], {"name": "?"})
-        lines.append(f"Policy gate: {verdict['verdict']} {_call(call)} (rule {verdict['rule']}, by {verdict['by']}).")
+        lines.append(
+            f"Policy gate: {verdict['verdict']} {call_text(call)} (rule {verdict['rule']}, by {verdict['by']})."
+        )
     for paused in result.get("interrupts", []):
         value = paused.get("value") or {}
         if isinstance(value, dict) and "tool_call" in value:
             lines.append(
-                f"Policy gate: review {_call(value['tool_call'])} (rule {value.get('rule')}, "
+                f"Policy gate: review {call_text(value['tool_call'])} (rule {value.get('rule')}, "
                 f"p={value.get('probability', 0):.2f}): paused for a person to allow or deny."
             )
     skipped = [s["node"] for s in result.get("steps", []) if s.get("status") == "skipped"]
