@@ -46,7 +46,7 @@ from .app import ErrorBody, ErrorDetail
 
 __all__ = ["GuardedConnection", "GuardedH11Protocol", "Server", "protocol_for", "server_config"]
 
-_OURS = ("http", "ws", "lifespan", "timeout_keep_alive", "h11_max_incomplete_event_size")
+_OURS = ("http", "ws", "lifespan", "timeout_keep_alive", "h11_max_incomplete_event_size", "proxy_headers")
 _KINDS = {400: "bad_request", 431: "headers_too_large", 501: "not_implemented"}
 # h11's default when a config sets no limit (uvicorn falls back to the same number).
 _H11_DEFAULT_MAX_INCOMPLETE = 16 * 1024
@@ -254,5 +254,9 @@ def server_config(
         # uvicorn annotates an int, but only hands it to loop.call_later, which takes seconds as a float.
         timeout_keep_alive=server.keep_alive_timeout_s,  # type: ignore[arg-type]
         h11_max_incomplete_event_size=server.max_header_bytes,
+        # The client's address is the peer's, or what a proxy in auth_throttle.trusted_proxies says
+        # (api/app/_throttle.py): uvicorn's own reading of X-Forwarded-For (trusting 127.0.0.1 by
+        # default) would let any local process pick the address the throttle counts.
+        proxy_headers=False,
         **uvicorn_kw,
     )

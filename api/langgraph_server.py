@@ -145,7 +145,8 @@ async def _open_log(runtime: Runtime, stack: AsyncExitStack) -> None:
     decisions = await DecisionStore.open(url, queue=settings.store.queue, batch=settings.store.batch)
     # Closed after the runs it serves: its writer commits what they queued.
     stack.push_async_callback(decisions.aclose)
-    sink = decisions.sink(tenant, store_state=keeps_state(runtime.router), write_behind=True)
+    # Reviews stay in LangGraph's interrupts here (the server's own API resumes them), not the queue.
+    sink = decisions.sink(tenant, store_state=keeps_state(runtime.router), write_behind=True, review_ttl_s=None)
     _process.recording = runtime.router.with_sink(sink)
     log.info("the served graphs' decisions go to the decision log as tenant %r", tenant)
 

@@ -7,6 +7,9 @@ configured, System-2 steps are ``skipped`` and the run ends with ``outcome: "nee
 saying so: System 1's part is done, and the next step needs a System-2 model.
 Given System-1 engines, the tool agent's offline planner proposes its calls instead, so the policy
 gate still judges real calls offline (``_tools``).
+
+``resume_reviewed`` resumes a thread paused at a policy gate once the reviews it waits on are
+settled in the review queue (``resume_value`` is the value each gate takes; docs/reviews.md).
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 
-from fastslow.router import ChatSource, ConfigError, EngineSource, Router
+from fastslow.router import ChatSource, ConfigError, EngineSource, Router, resume_value
 
 from ._common import NO_FRONTIER, GraphContext, Outcome, StepRecord, StepStatus, call_text, message_record
 from ._draft import TICKET_SCHEMA, DraftState, draft_graph
+from ._reviews import ReviewLookup, ReviewSource, WaitingReview, resume_reviewed, waiting_reviews
 from ._support import SUPPORT_TASK, SupportState, support_graph
 from ._tools import (
     DEMO_FILES,
@@ -51,20 +55,26 @@ __all__ = [
     "GraphName",
     "GraphSpec",
     "Outcome",
+    "ReviewLookup",
+    "ReviewSource",
     "StepRecord",
     "StepStatus",
     "SupportState",
     "TaskKind",
     "ToolAgentContext",
     "ToolAgentState",
+    "WaitingReview",
     "call_text",
     "demo_sandbox",
     "draft_graph",
     "message_record",
+    "resume_reviewed",
+    "resume_value",
     "run_graph",
     "schema_errors",
     "support_graph",
     "tool_agent_graph",
+    "waiting_reviews",
 ]
 
 GraphName: TypeAlias = Literal["support-triage", "guarded-tools", "draft-validate"]

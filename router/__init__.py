@@ -72,6 +72,7 @@ from ._errors import (
 from ._plugins import installed_engines
 from ._poll import polling
 from ._questions import Choice, Image, Noul, Question, QuestionKind, Score, State
+from ._reviews import PendingReview, ReviewRecorder, ReviewState, resume_value
 from ._router import ChatSource, CheckResult, DecisionSink, EngineSource, Incumbent, Router
 from ._settings import EngineName, Settings, get_settings
 from ._tasks import (
@@ -126,6 +127,7 @@ __all__ = [
     "OnFailure",
     "OpenEnded",
     "Overloaded",
+    "PendingReview",
     "Platt",
     "PolicySet",
     "Question",
@@ -133,6 +135,8 @@ __all__ = [
     "QuestionRole",
     "ReadOptions",
     "Reason",
+    "ReviewRecorder",
+    "ReviewState",
     "Route",
     "RouteTask",
     "Router",
@@ -160,6 +164,7 @@ __all__ = [
     "policy_gate_node",
     "polling",
     "request_scope",
+    "resume_value",
     "route_edge",
     "router_node",
 ]

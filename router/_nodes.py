@@ -309,6 +309,10 @@ def policy_gate_node(
     pauses with ``interrupt()`` for a person (resume with ``"allow"`` or ``"deny"``), allow passes the
     call to the ``tools`` node through ``Send``. The graph needs a checkpointer for review.
 
+    When the router records into the decision log (a ``ReviewRecorder`` sink), each review is also
+    opened in the review queue, with the run's thread id; the interrupt's ``review_id`` names it,
+    and ``fastslow.graphs.resume_reviewed`` resumes the thread once it is settled (docs/reviews.md).
+
     Each check runs as a LangGraph task (``langgraph.func.task``), so its verdict is checkpointed
     with the node's pending writes: LangGraph runs the node again from the top on resume, and the
     resumed node gets the verdict the person reviewed, not a new check (no second engine call,
@@ -344,6 +348,7 @@ def policy_gate_node(
                         "tool_call": {"id": call["id"], "name": call["name"], "args": call["args"]},
                         "rule": result["rule"],
                         "probability": result["confidence"],
+                        "review_id": result.get("review_id"),
                         "resume_with": ["allow", "deny"],
                     }
                 )

@@ -121,6 +121,14 @@ class Router:
     def policy(self) -> PolicySet:
         return self._policies()
 
+    @property
+    def sink(self) -> DecisionSink | None:
+        """Where this router records its decisions (``None``: nowhere).
+
+        A policy gate also opens its reviews there when the sink is a ``ReviewRecorder``.
+        """
+        return self._sink
+
     def task(self, name: str, kind: type[K]) -> K:
         """The task ``name`` of the policy in force, which must be a ``kind`` (say ``RouteTask``).
 

@@ -7,6 +7,7 @@ in the working directory, if present); environment variables override it.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -24,8 +25,10 @@ from pydantic_settings import (
 from ._plugins import EngineName, settings_key, unknown_engine
 
 __all__ = [
+    "AuthThrottleSettings",
     "BreakerSettings",
     "CoalesceSettings",
+    "ConsoleSettings",
     "EmbeddedSettings",
     "EngineName",
     "JevProfileName",
@@ -35,10 +38,12 @@ __all__ = [
     "LogprobSettings",
     "ModelPrice",
     "OpenAIDecisionsSettings",
+    "ReviewSettings",
     "ServerSettings",
     "Settings",
     "StoreSettings",
     "System2Settings",
+    "WebhookSettings",
     "get_settings",
 ]
 
@@ -246,6 +251,64 @@ class ServerSettings(BaseModel):
     """Largest request line plus headers."""
 
 
+class WebhookSettings(BaseModel):
+    """Where a tenant's review events are sent (``POST``, signed with HMAC-SHA256 of the body)."""
+
+    url: str
+    secret: SecretStr
+    """Shared with the receiver: ``X-Fastslow-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">``."""
+
+
+class ReviewSettings(BaseModel):
+    """The review queue: how long a ``review`` verdict waits for a person, and who hears of it."""
+
+    ttl_s: float = Field(default=86_400.0, gt=0)
+    """A review not settled within this long expires with ``expire_verdict``."""
+    expire_verdict: Literal["deny", "allow"] = "deny"
+    """What an expired review settles as: never another System-1 or System-2 call."""
+    sweep_s: float = Field(default=30.0, gt=0)
+    """How often ``fastslow serve`` expires due reviews and sends webhook events."""
+    webhooks: dict[str, WebhookSettings] = Field(default_factory=dict)
+    """Tenant -> webhook, called when one of its reviews is opened, settled or expires."""
+    webhook_timeout_s: float = Field(default=5.0, gt=0)
+    webhook_attempts: int = Field(default=8, ge=1)
+    """Tries per event, with exponential back-off, before it is given up and logged."""
+
+
+class ConsoleSettings(BaseModel):
+    """The operator's console at ``/console`` (``fastslow serve``)."""
+
+    enabled: bool = True
+    secret: SecretStr | None = None
+    """Signs session cookies; give every replica the same one, so that any replica accepts a session.
+    Unset: a random secret per process (sessions end when it restarts, and only one replica works)."""
+    secure_cookie: bool = False
+    """Send the session cookie only over HTTPS (set it when the console is served over TLS)."""
+    session_ttl_s: float = Field(default=43_200.0, gt=0)
+    """A session ends this long after sign-in."""
+
+
+class AuthThrottleSettings(BaseModel):
+    """Failed sign-ins and unknown API keys, slowed per client address and per key prefix."""
+
+    failures: int = Field(default=10, ge=1)
+    """Failures allowed per address (and per key prefix) in ``window_s`` before further failures get 429."""
+    window_s: float = Field(default=60.0, gt=0)
+    trusted_proxies: list[str] = Field(default_factory=list)
+    """Addresses or networks (CIDR) of reverse proxies whose ``X-Forwarded-For`` names the client."""
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, entries: list[str]) -> list[str]:
+        # Refused when the settings load, naming the entry, rather than when the API starts.
+        for entry in entries:
+            try:
+                ipaddress.ip_network(entry.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an address or network (CIDR)") from None
+        return entries
+
+
 class Settings(BaseSettings):
     """Every knob of fastslow; build with ``get_settings()``."""
 
@@ -291,6 +354,9 @@ class Settings(BaseSettings):
     auth_cache_s: float = Field(default=5.0, ge=0.0, le=300.0)
     """How long a replica trusts an API key it found live; a revocation empties every replica's cache
     at once. 0: no cache."""
+    auth_throttle: AuthThrottleSettings = Field(default_factory=AuthThrottleSettings)
+    reviews: ReviewSettings = Field(default_factory=ReviewSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
 
     @field_validator("engine")
     @classmethod

@@ -12,8 +12,10 @@ Graph authors need only ``Settings`` and ``get_settings``, which ``fastslow`` an
 """
 
 from ._settings import (
+    AuthThrottleSettings,
     BreakerSettings,
     CoalesceSettings,
+    ConsoleSettings,
     EmbeddedSettings,
     EngineName,
     JevProfileName,
@@ -23,16 +25,20 @@ from ._settings import (
     LogprobSettings,
     ModelPrice,
     OpenAIDecisionsSettings,
+    ReviewSettings,
     ServerSettings,
     Settings,
     StoreSettings,
     System2Settings,
+    WebhookSettings,
     get_settings,
 )
 
 __all__ = [
+    "AuthThrottleSettings",
     "BreakerSettings",
     "CoalesceSettings",
+    "ConsoleSettings",
     "EmbeddedSettings",
     "EngineName",
     "JevProfileName",
@@ -42,9 +48,11 @@ __all__ = [
     "LogprobSettings",
     "ModelPrice",
     "OpenAIDecisionsSettings",
+    "ReviewSettings",
     "ServerSettings",
     "Settings",
     "StoreSettings",
     "System2Settings",
+    "WebhookSettings",
     "get_settings",
 ]

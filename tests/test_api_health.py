@@ -88,13 +88,13 @@ async def test_metrics_count_decisions_escalations_latency_and_reloads(tmp_path:
     assert _sample(elsewhere, "fastslow_decisions_total", task="tool_safety", system="1", verdict="deny") == 0
 
 
-async def test_the_openapi_document_and_docs_are_served_and_the_root_leads_to_the_docs(tmp_path: Path) -> None:
+async def test_the_openapi_document_and_docs_are_served_and_the_root_leads_to_the_console(tmp_path: Path) -> None:
     with running_api(test_settings(tmp_path)) as api:
         async with api_client(api.url) as client:
             schema = (await client.get("/openapi.json")).json()
             docs = await client.get("/docs")
             root = await client.get("/")
-    assert root.status_code == 307 and root.headers["location"] == "/docs"
+    assert root.status_code == 307 and root.headers["location"] == "/console"
     assert "/" not in schema["paths"]  # a page for people, not an operation
     assert {
         "/v1/policy-check",

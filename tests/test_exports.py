@@ -33,6 +33,7 @@ PACKAGES = [
     "fastslow.graphs",
     "fastslow.api",
     "fastslow.api.app",
+    "fastslow.api.console",
     "fastslow.api.store",
 ]
 BARE = ("router", "engines", "policies", "graphs", "api")

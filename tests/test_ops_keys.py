@@ -46,7 +46,7 @@ def test_list_as_json_lines_shows_each_record_never_the_key(keys: dict[str, tupl
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [row["id"] for row in rows] == [keys[name][1].id for name in ("bot", "ops", "beta")]
-    assert set(rows[0]) == {"id", "tenant", "name", "prefix", "created_at", "revoked_at"}
+    assert set(rows[0]) == {"id", "tenant", "name", "prefix", "scopes", "created_at", "revoked_at"}
     assert rows[0]["tenant"] == "acme" and rows[0]["name"] == "bot" and rows[0]["revoked_at"] is None
     assert rows[2]["name"] is None and rows[0]["prefix"] == keys["bot"][1].prefix
     for secret, record in keys.values():
@@ -59,7 +59,7 @@ def test_list_as_a_table_filtered_by_tenant(keys: dict[str, tuple[str, ApiKey]])
 
     assert result.exit_code == 0, result.output
     header, *lines = [line for line in result.stdout.splitlines() if line.strip()]
-    assert header.split() == ["id", "tenant", "name", "prefix", "created", "revoked"]
+    assert header.split() == ["id", "tenant", "name", "prefix", "scopes", "created", "revoked"]
     assert [line.split()[0] for line in lines] == [keys["bot"][1].id, keys["ops"][1].id]
     assert "2 key(s) for tenant 'acme'" in result.stderr
     assert all(secret not in result.output for secret, _ in keys.values())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -20,10 +20,11 @@ from fastapi.responses import RedirectResponse
 
 from fastslow.api._compose import build_runtime
 from fastslow.api._learning import Learner
+from fastslow.api._reviews import ReviewWorker
 from fastslow.api.store import DecisionStore, database_url_for
 from fastslow.router import Settings, get_settings
 
-from . import _decisions, _health, _policy_check, _route, _systemone, _tasks
+from . import _decisions, _health, _policy_check, _reviews, _route, _systemone, _tasks
 from ._admission import GatedEngines
 from ._body import RequestGuardMiddleware
 from ._docs import DOCS_URL, install_docs
@@ -34,6 +35,7 @@ from ._metrics import ApiMetrics
 from ._ratelimit import RateLimit, RateLimiter
 from ._revocations import revocation_watch
 from ._services import Services
+from ._throttle import AuthThrottle
 
 __all__ = ["create_app"]
 
@@ -81,6 +83,8 @@ def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
             # Trained on what was learned before this replica started, before it takes requests.
             await learner.refresh(force=True)
             await stack.enter_async_context(learner.running(poll_s=settings.learning.poll_s))
+            # Expires due reviews and sends the tenants' review webhooks (docs/reviews.md).
+            await stack.enter_async_context(ReviewWorker(decisions, settings.reviews).running())
             services = Services(
                 settings=settings,
                 runtime=runtime,
@@ -90,6 +94,7 @@ def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
                 engines=engines,
                 learner=learner,
                 keys=KeyCache(settings.auth_cache_s, watch=revocations),
+                throttle=AuthThrottle(settings.auth_throttle, on_refused=metrics.auth_throttled.inc),
             )
             log.info("fastslow API ready: policy %s, engine %s", runtime.store.version, settings.engine)
             yield {"services": services}
@@ -97,10 +102,13 @@ def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
     return lifespan
 
 
-async def _to_docs(request: Request) -> RedirectResponse:
-    """``GET /``: a 307 to the API's docs, under the root path a proxy mounts the API at."""
-    root = str(request.scope.get("root_path", "")).rstrip("/")
-    return RedirectResponse(f"{root}{DOCS_URL}", status_code=307)
+def _redirect_to(path: str) -> Callable[[Request], Awaitable[RedirectResponse]]:
+    async def home(request: Request) -> RedirectResponse:
+        """``GET /``: a 307 to ``path``, under the root path a proxy mounts the API at."""
+        root = str(request.scope.get("root_path", "")).rstrip("/")
+        return RedirectResponse(f"{root}{path}", status_code=307)
+
+    return home
 
 
 def create_app(settings: Settings | None = None, *, rate_limit: RateLimit | None = None) -> FastAPI:
@@ -128,11 +136,18 @@ def create_app(settings: Settings | None = None, *, rate_limit: RateLimit | None
     )
     install_error_handlers(app)
     install_docs(app)
-    for module in (_policy_check, _route, _systemone, _decisions, _tasks, _health):
+    for module in (_policy_check, _route, _systemone, _decisions, _reviews, _tasks, _health):
         app.include_router(module.router)
-    # Someone who opens the server's address in a browser lands on the API's docs (until a console
-    # takes the root). A page, not an operation: it stays out of the OpenAPI document.
-    app.add_api_route("/", _to_docs, methods=["GET"], include_in_schema=False)
+    home = DOCS_URL
+    if settings.console.enabled:
+        # Imported here: the console's modules import this package's, and an app without it loads none.
+        from fastslow.api.console import CONSOLE_URL, install_console
+
+        install_console(app, settings)
+        home = CONSOLE_URL
+    # Someone who opens the server's address in a browser lands on the console (on the API's docs
+    # when the console is off). A page, not an operation: it stays out of the OpenAPI document.
+    app.add_api_route("/", _redirect_to(home), methods=["GET"], include_in_schema=False)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

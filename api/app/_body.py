@@ -201,7 +201,7 @@ class RequestGuardMiddleware:
             if services is None:  # no lifespan state: the app is not serving yet
                 raise _Refused(503, "the API is not ready; retry later")
             try:
-                state[CALLER_STATE] = await authenticate(services, headers.get("authorization"))
+                state[CALLER_STATE] = await authenticate(services, headers.get("authorization"), scope)
             except ApiError as exc:
                 raise _Refused(exc.status, exc.message, field=exc.field, kind=exc.kind, headers=exc.headers) from None
         encoding = headers.get("content-encoding", "").strip().lower()

@@ -21,7 +21,7 @@ from ._idempotency import IdempotencyKey, idempotent, replayed_responses
 from ._json import StrictJsonRoute, model_response
 from ._schemas import OutcomeOut, OutcomeRequest, StoredDecisionOut
 from ._services import Services
-from .deps import Caller, CallerDep, ServicesDep
+from .deps import Caller, ReaderDep, ReporterDep, ServicesDep
 
 __all__ = ["router"]
 
@@ -57,7 +57,7 @@ def _check_label(decision: StoredDecision, label: str) -> None:
 
 
 @router.get("/{decision_id}", response_model=StoredDecisionOut, responses=_RESPONSES)
-async def get_decision(decision_id: DecisionId, services: ServicesDep, caller: CallerDep) -> StoredDecisionOut:
+async def get_decision(decision_id: DecisionId, services: ServicesDep, caller: ReaderDep) -> StoredDecisionOut:
     """A decision with its calibrated answers."""
     if not _possible(decision_id):
         raise _not_found(decision_id)
@@ -81,7 +81,7 @@ async def record_outcome(
     decision_id: DecisionId,
     body: OutcomeRequest,
     services: ServicesDep,
-    caller: CallerDep,
+    caller: ReporterDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Record what turned out to be right: the true label, whether System 2 was right, or both."""

@@ -81,12 +81,12 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     for status, description in {
         400: "Ambiguous request framing (both Content-Length and Transfer-Encoding); the connection is closed.",
         401: "Missing or unknown API key.",
-        403: "The API key was revoked.",
+        403: "The API key was revoked, or lacks the scope this operation needs (check, read or review).",
         408: "The request body did not arrive within the server's body timeout.",
         413: "The request body is larger than the server accepts.",
         415: "Unsupported Content-Encoding, or a body sent without Content-Type: application/json.",
         422: "The request is invalid; `field` names the culprit.",
-        429: "Too many requests for this API key; see Retry-After.",
+        429: "Too many requests for this API key, or too many failed keys from this address; see Retry-After.",
         503: "The decision log or an engine is unavailable, or an engine's queue is full; see Retry-After.",
     }.items()
 }

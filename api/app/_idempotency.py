@@ -19,10 +19,11 @@ so a replica that dies mid-request leaves no key stuck "in progress".
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Annotated, Any
 
 from fastapi import Header, Request, Response
+from sqlalchemy import Table
 from sqlalchemy.exc import SQLAlchemyError
 
 from fastslow.api._compose import keeps_state
@@ -104,9 +105,16 @@ class Unit:
         self._records.append(Record(decisions=tuple(decisions), state=state, store_state=self._keeps_state(decisions)))
 
     async def commit(
-        self, services: Services, tenant: str, response: Response, request: IdempotentRequest | None
+        self,
+        services: Services,
+        tenant: str,
+        response: Response,
+        request: IdempotentRequest | None,
+        *,
+        extra: Sequence[tuple[Table, Mapping[str, Any]]] = (),
     ) -> Response:
-        """Store the request's decisions (and ``request``'s key with ``response``), then learn; ``response``.
+        """Store the request's decisions, the ``extra`` rows (the reviews it opened) and ``request``'s
+        key with ``response``, then learn; ``response``.
 
         Raises:
             StoreUnavailable: the commit failed; nothing of the request was stored (503).
@@ -114,7 +122,9 @@ class Unit:
         """
         stored = None if request is None else (response.status_code, bytes(response.body))
         try:
-            await services.decisions.record_unit(self._records, tenant=tenant, idempotent=request, response=stored)
+            await services.decisions.record_unit(
+                self._records, tenant=tenant, idempotent=request, response=stored, extra=extra
+            )
         except (SQLAlchemyError, OSError, WriterClosed) as exc:  # WriterClosed: shutting down
             raise StoreUnavailable() from exc
         # Learning happens here, once per decision, and only now: the unit's router records into the

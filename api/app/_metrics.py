@@ -65,6 +65,11 @@ class ApiMetrics:
         self.rate_limited = Counter(
             "fastslow_rate_limited_requests", "Requests refused with 429.", registry=self.registry
         )
+        self.auth_throttled = Counter(
+            "fastslow_auth_throttled",
+            "Failed API keys and sign-ins refused with 429: their client address or key prefix failed too often.",
+            registry=self.registry,
+        )
         self.learned = Counter(
             "fastslow_learned_examples",
             "Examples offered to learning tasks, by what became of them (added, duplicate, refused, ...).",

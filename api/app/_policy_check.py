@@ -4,6 +4,7 @@ Each named policy is a check task of the policy file; its rules are answered by 
 call, escalated or failed closed per the policy, and recorded in the caller's decision log before
 the response is sent: every decision of the request (all its policies, all a batch's items) in
 one commit, so a failed commit stores none of them. Across policies, deny beats review beats allow.
+A ``review`` verdict opens a review in the tenant's queue (``review_id``), committed with them.
 With an ``Idempotency-Key`` a retry gets the first response and records nothing (``_idempotency``).
 """
 
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from sqlalchemy import Table
 
-from fastslow.api.store import IdempotentRequest
+from fastslow.api.store import IdempotentRequest, ReviewDraft
 from fastslow.router import CheckResult, PolicySet, Router, ToolCall
 from fastslow.router.settings import LimitsSettings
 
@@ -32,7 +35,7 @@ from ._schemas import (
     RuleResult,
 )
 from ._services import Services
-from .deps import Caller, CallerDep, ServicesDep, TenantRouterDep, rate_limited
+from .deps import Caller, CheckerDep, ServicesDep, TenantRouterDep, rate_limited
 
 __all__ = ["router", "to_messages"]
 
@@ -93,6 +96,36 @@ def _combine(results: Sequence[CheckResult]) -> CheckResult:
     return max(results, key=lambda r: (_RANK[r.verdict], r.decisions[r.rule].confidence))
 
 
+Extra = list[tuple[Table, Mapping[str, Any]]]
+"""Rows committed with a request's decisions: the reviews it opened."""
+
+
+def _subject(body: PolicyCheckRequest) -> dict[str, Any]:
+    if body.tool_call is not None:
+        return {"tool_call": {"name": body.tool_call.name, "args": body.tool_call.arguments}}
+    return {"text": body.text}
+
+
+def _open_review(services: Services, tenant: str, body: PolicyCheckRequest, worst: CheckResult, extra: Extra) -> str:
+    """Open the review of a ``review`` verdict: its rows go into ``extra``, to commit with the decisions."""
+    decision = worst.decisions[worst.rule]
+    draft = ReviewDraft(
+        tenant=tenant,
+        decision_id=decision.id,
+        source="api",
+        task=worst.task,
+        rule=worst.rule,
+        subject=_subject(body),
+        probabilities={name: d.confidence for name, d in worst.decisions.items() if d.probabilities},
+        # A rule System 1 could not answer (on_failure: review) has no probability: as uncertain as can be.
+        probability=decision.confidence if decision.probabilities else 0.5,
+        policy_version=worst.policy_version,
+    )
+    review, rows = services.decisions.review_rows(draft, ttl_s=services.settings.reviews.ttl_s)
+    extra.extend(rows)
+    return review.id
+
+
 def _response(results: Sequence[CheckResult]) -> PolicyCheckResponse:
     worst = _combine(results)
     rules = [
@@ -122,7 +155,12 @@ def _response(results: Sequence[CheckResult]) -> PolicyCheckResponse:
 
 
 async def _check(
-    tenant_router: Router, services: Services, body: PolicyCheckRequest, where: str = ""
+    tenant_router: Router,
+    services: Services,
+    body: PolicyCheckRequest,
+    tenant: str,
+    extra: Extra,
+    where: str = "",
 ) -> PolicyCheckResponse:
     names = _policies(tenant_router.policy, body.policies, where)
     item = _item(body, where, services.settings.limits)
@@ -133,7 +171,10 @@ async def _check(
         results = list(await asyncio.gather(*(tenant_router.check(n, item, context=context) for n in names)))
     for result in results:
         services.metrics.observe_decisions(list(result.decisions.values()), engine=services.engine_of(result.task))
-    return _response(results)
+    response = _response(results)
+    if response.verdict == "review":
+        response.review_id = _open_review(services, tenant, body, _combine(results), extra)
+    return response
 
 
 _RESPONSES = {**ERROR_RESPONSES, **replayed_responses(200)}
@@ -145,15 +186,16 @@ async def policy_check(
     body: PolicyCheckRequest,
     tenant_router: TenantRouterDep,
     services: ServicesDep,
-    caller: CallerDep,
+    caller: CheckerDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Check one text or tool call against the named policies: allow, review or deny, with each rule's probability."""
 
     async def work(request: IdempotentRequest | None) -> Response:
         unit = Unit(tenant_router)
-        response = model_response(await _check(unit.router, services, body))
-        return await unit.commit(services, caller.tenant, response, request)
+        extra: Extra = []
+        response = model_response(await _check(unit.router, services, body, caller.tenant, extra))
+        return await unit.commit(services, caller.tenant, response, request, extra=extra)
 
     return await idempotent(services, caller, "policy-check", idempotency_key, http_request, work)
 
@@ -164,7 +206,7 @@ async def policy_check_batch(
     body: PolicyCheckBatchRequest,
     tenant_router: TenantRouterDep,
     services: ServicesDep,
-    caller: CallerDep,
+    caller: CheckerDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Check many items in one call; results come back in the order of ``items``.
@@ -198,11 +240,12 @@ async def _batch(
     # Bounded, so one batch cannot take every worker thread of the embedded engine from other callers.
     slots = asyncio.Semaphore(BATCH_CONCURRENCY)
     unit = Unit(tenant_router)
+    extra: Extra = []
 
     async def one(item: PolicyCheckRequest) -> PolicyCheckResponse:
         async with slots:
-            return await _check(unit.router, services, item)
+            return await _check(unit.router, services, item, caller.tenant, extra)
 
     results = await asyncio.gather(*(one(item) for item in body.items))
     response = model_response(PolicyCheckBatchResponse(results=list(results)))
-    return await unit.commit(services, caller.tenant, response, request)
+    return await unit.commit(services, caller.tenant, response, request, extra=extra)

@@ -15,7 +15,7 @@ from ._idempotency import IdempotencyKey, Unit, idempotent, replayed_responses
 from ._json import StrictJsonRoute, model_response
 from ._policy_check import to_messages
 from ._schemas import DecisionOut, RouteRequest, RouteResponse
-from .deps import CallerDep, ServicesDep, TenantRouterDep
+from .deps import CheckerDep, ServicesDep, TenantRouterDep
 
 __all__ = ["router"]
 
@@ -28,7 +28,7 @@ async def route(
     body: RouteRequest,
     tenant_router: TenantRouterDep,
     services: ServicesDep,
-    caller: CallerDep,
+    caller: CheckerDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Pick a route for the latest user turn; a null route means nobody settled it (hand it to a frontier agent)."""

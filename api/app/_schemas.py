@@ -102,6 +102,10 @@ class PolicyCheckResponse(BaseModel):
     system2: bool = Field(description="Whether System 2 was consulted for any rule.")
     policy_version: str = Field(description="sha256 of the policy file in force.")
     rules: list[RuleResult] = Field(description="Every rule of every policy applied.")
+    review_id: str | None = Field(
+        default=None,
+        description="When the verdict is review: the review opened for a person (GET /v1/reviews/{id}); else null.",
+    )
 
 
 class PolicyCheckBatchRequest(_Request):

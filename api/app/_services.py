@@ -21,6 +21,7 @@ from ._errors import StoreUnavailable
 from ._keycache import KeyCache
 from ._metrics import ApiMetrics
 from ._ratelimit import RateLimiter
+from ._throttle import AuthThrottle
 
 __all__ = ["Services"]
 
@@ -70,6 +71,8 @@ class Services:
     """Learning from escalations: System 2's answers and outcomes become examples (``learn:`` tasks)."""
     keys: KeyCache
     """Live API keys found in the last ``auth_cache_s`` seconds."""
+    throttle: AuthThrottle = field(default_factory=AuthThrottle)
+    """Failed API keys and sign-ins per client address and key prefix (``settings.auth_throttle``)."""
 
     routers: dict[str, Router] = field(default_factory=dict)
     """Each tenant's router, made once: it holds no state but its sink, and every request needs one."""

@@ -28,7 +28,7 @@ from ._assets import Part, read_assets
 from ._errors import ERROR_RESPONSES, ApiError
 from ._jev_schemas import SYSTEMONE_REQUEST_BODY, SystemOneResponse
 from ._json import StrictJsonRoute, parse_json_body, strict_json
-from .deps import CallerDep, ServicesDep
+from .deps import CheckerDep, ServicesDep
 
 __all__ = ["router"]
 
@@ -65,7 +65,7 @@ async def _multipart(request: Request, max_bytes: int, max_depth: int) -> tuple[
     responses={**ERROR_RESPONSES, 415: {"description": "Unsupported Content-Type or Content-Encoding."}},
     openapi_extra=SYSTEMONE_REQUEST_BODY,
 )
-async def system_one(request: Request, services: ServicesDep, _caller: CallerDep) -> JSONResponse:
+async def system_one(request: Request, services: ServicesDep, _caller: CheckerDep) -> JSONResponse:
     """Jev's ``/v1/systemone``: named questions about one state, answered by the configured System-1 engine."""
     settings = services.settings
     media = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()

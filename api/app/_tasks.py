@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from fastslow.policies import describe_policy
 
 from ._errors import ERROR_RESPONSES
-from .deps import CallerDep, ServicesDep, TenantRouterDep
+from .deps import ReaderDep, ServicesDep, TenantRouterDep
 
 __all__ = ["TaskOut", "TasksResponse", "router"]
 
@@ -71,7 +71,7 @@ class TasksResponse(BaseModel):
 
 
 @router.get("/tasks", response_model=TasksResponse, responses=ERROR_RESPONSES)
-async def tasks(tenant_router: TenantRouterDep, services: ServicesDep, caller: CallerDep) -> TasksResponse:
+async def tasks(tenant_router: TenantRouterDep, services: ServicesDep, caller: ReaderDep) -> TasksResponse:
     """The tasks of the policy in force, with what their decisions are held to."""
     del caller  # authenticated: the policy is the deployment's, the same for every tenant
     policy = tenant_router.policy

@@ -120,6 +120,6 @@ def db_prune(
     total = report.total
     sys.stderr.write(
         f"{verb} {total.decisions} decision(s), {total.answers} answer(s), {total.outcomes} outcome(s), "
-        f"{report.expired_keys} expired idempotency key(s); "
+        f"{report.expired_keys} expired idempotency key(s), {report.old_review_events} old review webhook event(s); "
         f"{total.learned_unlinked} learned example(s) kept, unlinked from their decision\n"
     )

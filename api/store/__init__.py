@@ -13,27 +13,49 @@ from ._codec import hash_key
 from ._engine import database_url_for, upgrade
 from ._idempotency import IdempotencyKeyTaken, IdempotentRequest, StoredResponse, request_hash
 from ._learned import LearnedExample, LearnedExamples, LearnOutcome, LearnSource
-from ._models import RateWindowRow
+from ._models import AnswerRow, DecisionRow, LatencyRollupRow, OutcomeRow, RateWindowRow, RollupRow
+from ._pages import DecisionFilter, DecisionPage
 from ._prune import Cutoff, PruneCounts, PruneReport, retention_cutoff
+from ._reviews import ReviewDraft, Settled, review_event_body
+from ._rollup import rollups_of
 from ._store import DecisionStore
-from ._values import ApiKey, StoredDecision, StoredOutcome
+from ._summary import HourFigures, LatencyFigures, LogSummary, PolicyVersionSeen
+from ._values import DEFAULT_SCOPES, SCOPES, ApiKey, Review, ReviewStatus, Scope, StoredDecision, StoredOutcome
 from ._writer import DecisionWriter, Record, WriterClosed
 
 __all__ = [
+    "DEFAULT_SCOPES",
+    "SCOPES",
+    "AnswerRow",
     "ApiKey",
     "Cutoff",
+    "DecisionFilter",
+    "DecisionPage",
+    "DecisionRow",
     "DecisionStore",
     "DecisionWriter",
+    "HourFigures",
     "IdempotencyKeyTaken",
     "IdempotentRequest",
+    "LatencyFigures",
+    "LatencyRollupRow",
     "LearnOutcome",
     "LearnSource",
     "LearnedExample",
     "LearnedExamples",
+    "LogSummary",
+    "OutcomeRow",
+    "PolicyVersionSeen",
     "PruneCounts",
     "PruneReport",
     "RateWindowRow",
     "Record",
+    "Review",
+    "ReviewDraft",
+    "ReviewStatus",
+    "RollupRow",
+    "Scope",
+    "Settled",
     "StoredDecision",
     "StoredOutcome",
     "StoredResponse",
@@ -42,5 +64,7 @@ __all__ = [
     "hash_key",
     "request_hash",
     "retention_cutoff",
+    "review_event_body",
+    "rollups_of",
     "upgrade",
 ]

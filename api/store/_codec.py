@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, cast
 
@@ -13,7 +13,7 @@ from fastslow.router import Decision, Reason, State, System, Verdict
 from fastslow.router.engine_api import strip_thoughts
 
 from ._models import ApiKeyRow, DecisionRow, OutcomeRow
-from ._values import ApiKey, StoredDecision, StoredOutcome
+from ._values import DEFAULT_SCOPES, SCOPES, ApiKey, Scope, StoredDecision, StoredOutcome
 
 __all__ = [
     "KEY_PREFIX",
@@ -22,8 +22,10 @@ __all__ = [
     "canonical_state",
     "clean",
     "decision_row",
+    "format_scopes",
     "hash_key",
     "new_key",
+    "parse_scopes",
     "stored_decision",
     "stored_outcome",
 ]
@@ -195,7 +197,30 @@ def api_key(row: ApiKeyRow) -> ApiKey:
         prefix=row.prefix,
         created_at=row.created_at,
         revoked_at=row.revoked_at,
+        scopes=parse_scopes(row.scopes),
     )
+
+
+def parse_scopes(text: str | None) -> frozenset[Scope]:
+    """A key's scopes as stored (comma-separated); unknown names are dropped, never granted."""
+    if text is None:
+        return DEFAULT_SCOPES
+    return frozenset(s for s in SCOPES if s in {part.strip() for part in text.split(",")})
+
+
+def format_scopes(scopes: Iterable[str]) -> str:
+    """Scopes as stored: known names, comma-separated, in ``SCOPES`` order.
+
+    Raises:
+        ValueError: an unknown scope, or none.
+    """
+    given = set(scopes)
+    unknown = sorted(given - set(SCOPES))
+    if unknown:
+        raise ValueError(f"unknown scope {unknown[0]!r}: scopes are {', '.join(SCOPES)}")
+    if not given:
+        raise ValueError(f"a key needs at least one scope of {', '.join(SCOPES)}")
+    return ",".join(s for s in SCOPES if s in given)
 
 
 def new_key() -> tuple[str, str, str]:

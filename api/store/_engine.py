@@ -35,7 +35,7 @@ __all__ = [
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 VERSION_TABLE = "fastslow_alembic_version"
 """Our own name, so the log can share a database with an application that also uses Alembic."""
-HEAD_REVISION = "0005"
+HEAD_REVISION = "0006"
 """The newest migration's revision: a database already there is not handed to Alembic at all (importing
 and running it costs a short command such as ``fastslow keys create`` more than half its time).
 tests/test_store.py holds it equal to Alembic's own head, so a new migration cannot forget it."""

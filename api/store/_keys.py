@@ -9,16 +9,17 @@ from __future__ import annotations
 import asyncio
 import hmac
 import uuid
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from ._codec import KEY_PREFIX, api_key, clean, hash_key, new_key
+from ._codec import KEY_PREFIX, api_key, clean, format_scopes, hash_key, new_key
 from ._models import ApiKeyRow
 from ._revocations import announce_in, touch_marker
-from ._values import ApiKey
+from ._values import DEFAULT_SCOPES, ApiKey
 
 __all__ = ["authenticate", "create_key", "get_key", "list_keys", "revoke_key"]
 
@@ -27,9 +28,19 @@ _MAX_KEY_CHARS = 200
 
 
 async def create_key(
-    sessions: async_sessionmaker[AsyncSession], tenant: str, *, name: str | None, now: datetime
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+    *,
+    name: str | None,
+    now: datetime,
+    scopes: Iterable[str] = DEFAULT_SCOPES,
 ) -> tuple[str, ApiKey]:
-    """A new key for ``tenant``, and its record; the key is not kept."""
+    """A new key for ``tenant`` with ``scopes``, and its record; the key is not kept.
+
+    Raises:
+        ValueError: an unknown scope, or none.
+    """
+    stored_scopes = format_scopes(scopes)
     key, prefix, digest = new_key()
     row = ApiKeyRow(
         id=uuid.uuid4().hex,
@@ -39,6 +50,7 @@ async def create_key(
         key_hash=digest,
         created_at=now,
         revoked_at=None,
+        scopes=stored_scopes,
     )
     async with sessions.begin() as session:
         session.add(row)

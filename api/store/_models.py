@@ -26,6 +26,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -35,9 +36,13 @@ __all__ = [
     "Base",
     "DecisionRow",
     "IdempotencyKeyRow",
+    "LatencyRollupRow",
     "LearnedExampleRow",
     "OutcomeRow",
     "RateWindowRow",
+    "ReviewEventRow",
+    "ReviewRow",
+    "RollupRow",
     "UTCDateTime",
 ]
 
@@ -83,7 +88,21 @@ class DecisionRow(Base):
     """One decision, as the router made it, for one tenant."""
 
     __tablename__ = "decisions"
-    __table_args__ = (Index("ix_decisions_tenant_task", "tenant", "task"),)
+    __table_args__ = (
+        Index("ix_decisions_tenant_task", "tenant", "task"),
+        # The console's pages walk these newest first and stop at a page: never a scan of the log.
+        Index("ix_decisions_tenant_created_at_id", "tenant", "created_at", "id"),
+        Index("ix_decisions_tenant_task_created_at_id", "tenant", "task", "created_at", "id"),
+        # The audit sample is a sliver of the log: its own partial index, so a page of it never walks the rest.
+        Index(
+            "ix_decisions_audit_tenant_created_at_id",
+            "tenant",
+            "created_at",
+            "id",
+            sqlite_where=text("audit"),
+            postgresql_where=text("audit"),
+        ),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     tenant: Mapped[str] = mapped_column(String, index=True)
@@ -129,9 +148,14 @@ class OutcomeRow(Base):
     """What turned out to be right for a decision (a label, or whether System 2 was right)."""
 
     __tablename__ = "outcomes"
+    # Calibration reads a task's newest outcomes: walked from this index, never from the decisions.
+    __table_args__ = (Index("ix_outcomes_tenant_task_created_at", "tenant", "task", "created_at"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"), index=True)
+    tenant: Mapped[str | None] = mapped_column(String)
+    """The decision's tenant and task, copied when the outcome is recorded (filled in for older rows by 0006)."""
+    task: Mapped[str | None] = mapped_column(String)
     label: Mapped[str | None] = mapped_column(String)
     system2_correct: Mapped[bool | None] = mapped_column(Boolean)
     note: Mapped[str | None] = mapped_column(Text)
@@ -150,6 +174,8 @@ class ApiKeyRow(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    scopes: Mapped[str] = mapped_column(String(64), server_default="check,read", default="check,read")
+    """What the key may do, comma-separated: ``check``, ``review``, ``read`` (``fastslow.api.store.SCOPES``)."""
 
 
 class RateWindowRow(Base):
@@ -219,3 +245,109 @@ class IdempotencyKeyRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
     """After it the key is forgotten: a request with it is new, and ``fastslow db prune`` deletes the row."""
+
+
+class ReviewRow(Base):
+    """A ``review`` verdict waiting for a person, or how a person (or its expiry) settled it.
+
+    ``decision_id`` is not a foreign key: a graph's gate opens its review while the decision it is
+    about may still be queued in a write-behind sink. Retention deletes reviews with their decision.
+    """
+
+    __tablename__ = "reviews"
+    __table_args__ = (
+        # The queue: a tenant's pending reviews, most uncertain first.
+        Index("ix_reviews_tenant_status_uncertainty", "tenant", "status", "uncertainty"),
+        Index("ix_reviews_status_expires_at", "status", "expires_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String)
+    decision_id: Mapped[str] = mapped_column(String(64), index=True)
+    """The rule's decision that asked for review."""
+    source: Mapped[str] = mapped_column(String(16))
+    """``api`` (``POST /v1/policy-check``), ``graph`` (``policy_gate_node``) or ``agent`` (the gate middleware)."""
+    thread_id: Mapped[str | None] = mapped_column(String)
+    """The LangGraph thread paused at the gate (graph reviews only)."""
+    tool_call_id: Mapped[str | None] = mapped_column(String)
+    task: Mapped[str] = mapped_column(String)
+    rule: Mapped[str] = mapped_column(String)
+    subject: Mapped[str] = mapped_column(Text)
+    """What was checked, as JSON: ``{"text": ...}`` or ``{"tool_call": {"name": ..., "args": ...}}``."""
+    probabilities: Mapped[str] = mapped_column(Text)
+    """Each rule's probability, as a JSON object ``{rule: p}``."""
+    probability: Mapped[float] = mapped_column(Double)
+    """The reviewed rule's probability."""
+    uncertainty: Mapped[float] = mapped_column(Double)
+    """``1 - |2p - 1|``: 1 at p = 0.5; the queue shows the highest first."""
+    policy_version: Mapped[str] = mapped_column(String)
+    status: Mapped[str] = mapped_column(String(10))
+    """``pending``, ``allowed``, ``denied`` or ``expired``."""
+    verdict: Mapped[str | None] = mapped_column(String(10))
+    """``allow`` or ``deny`` once settled (an expired review takes the configured verdict)."""
+    note: Mapped[str | None] = mapped_column(Text)
+    settled_by: Mapped[str | None] = mapped_column(String(64))
+    """The settling key's id; ``expiry`` for an expired review."""
+    settled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ReviewEventRow(Base):
+    """A review opened, settled or expired, waiting to be sent to its tenant's webhook (an outbox).
+
+    Written in the transaction that opens or settles the review, so no event is lost to a crash and
+    any replica may deliver it; ``next_attempt_at`` is the claim and the back-off.
+    """
+
+    __tablename__ = "review_events"
+    __table_args__ = (Index("ix_review_events_delivered_at_next_attempt_at", "delivered_at", "next_attempt_at"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String)
+    review_id: Mapped[str] = mapped_column(String(64), index=True)
+    event: Mapped[str] = mapped_column(String(20))
+    """``review.opened``, ``review.settled`` or ``review.expired``."""
+    body: Mapped[str] = mapped_column(Text)
+    """The JSON the webhook receives."""
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0", default=0)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class RollupRow(Base):
+    """Decisions per tenant, task and hour, kept as decisions are written: what the console's
+    overview and the metrics read instead of scanning the log (``fastslow.api.store.log_summary``)."""
+
+    __tablename__ = "decision_rollups"
+
+    tenant: Mapped[str] = mapped_column(String, primary_key=True)
+    task: Mapped[str] = mapped_column(String, primary_key=True)
+    hour: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    engine: Mapped[str] = mapped_column(String, primary_key=True)
+    system: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    reason: Mapped[str] = mapped_column(String(40), primary_key=True)
+    kept: Mapped[bool] = mapped_column(Boolean, primary_key=True)
+    policy_version: Mapped[str] = mapped_column(String, primary_key=True)
+    decisions: Mapped[int] = mapped_column(BigInteger)
+    cost_usd: Mapped[float] = mapped_column(Double)
+    """Sum of the decisions' System-2 cost."""
+    costed: Mapped[int] = mapped_column(BigInteger)
+    """How many of them recorded a cost."""
+    latency_ms: Mapped[float] = mapped_column(Double)
+    """Sum of their latency."""
+
+
+class LatencyRollupRow(Base):
+    """Decisions per tenant, task, hour, engine and latency bucket (``_rollup.latency_bucket``)."""
+
+    __tablename__ = "latency_rollups"
+
+    tenant: Mapped[str] = mapped_column(String, primary_key=True)
+    task: Mapped[str] = mapped_column(String, primary_key=True)
+    hour: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    engine: Mapped[str] = mapped_column(String, primary_key=True)
+    bucket: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    decisions: Mapped[int] = mapped_column(BigInteger)

@@ -1,6 +1,7 @@
 """Deleting old decisions: the decision log's retention (``fastslow db prune``, docs/store.md).
 
-A decision goes together with the rows that belong only to it, its ``answers`` and ``outcomes``.
+A decision goes together with the rows that belong only to it, its ``answers``, ``outcomes`` and
+``reviews`` (with their webhook events); the hourly rollups, which hold counts only, stay.
 Idempotency keys go once they expire (``store.idempotency_ttl_s``), whatever the decisions' cut.
 Learned examples are not the log's to delete: one that was learned from a pruned decision stays,
 with its ``decision_id`` cleared (the foreign key's ``SET NULL``, done here explicitly). API keys
@@ -21,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from fastslow.router.settings import StoreSettings
 
 from ._idempotency import prune_expired_keys
-from ._models import AnswerRow, DecisionRow, LearnedExampleRow, OutcomeRow
+from ._models import AnswerRow, DecisionRow, LearnedExampleRow, OutcomeRow, ReviewEventRow, ReviewRow
 
 __all__ = [
     "DEFAULT_PRUNE_BATCH",
@@ -39,6 +40,9 @@ DEFAULT_PRUNE_BATCH = 500
 
 MAX_PRUNE_BATCH = 5_000
 """Most ids in one batch's ``IN (...)`` lists, well under SQLite's limit on bound parameters."""
+
+REVIEW_EVENT_TTL = timedelta(days=7)
+"""A webhook event is kept this long: far past its last retry, and long enough to look into a failed one."""
 
 Cutoff = Callable[[str], datetime | None]
 """A tenant's cut: its decisions made before it go; ``None`` keeps all of them."""
@@ -71,6 +75,8 @@ class PruneReport:
     tenants: dict[str, PruneCounts] = field(default_factory=dict)
     expired_keys: int = 0
     """Idempotency keys deleted (or, in a dry run, that would be) because they had expired."""
+    old_review_events: int = 0
+    """Review webhook events older than ``REVIEW_EVENT_TTL`` deleted (or that would be)."""
 
     @property
     def total(self) -> PruneCounts:
@@ -131,6 +137,11 @@ async def _delete_batch(
         )
         answers = await session.execute(delete(AnswerRow).where(AnswerRow.decision_id.in_(ids)))
         outcomes = await session.execute(delete(OutcomeRow).where(OutcomeRow.decision_id.in_(ids)))
+        # A review holds the checked text or arguments: it goes with its decision (and its events).
+        # The hourly rollups stay: they hold counts, not what was decided about.
+        reviews = select(ReviewRow.id).where(ReviewRow.decision_id.in_(ids))
+        await session.execute(delete(ReviewEventRow).where(ReviewEventRow.review_id.in_(reviews)))
+        await session.execute(delete(ReviewRow).where(ReviewRow.decision_id.in_(ids)))
         decisions = await session.execute(delete(DecisionRow).where(DecisionRow.id.in_(ids)))
     return PruneCounts(
         decisions=_rowcount(decisions),
@@ -177,7 +188,24 @@ async def prune(
             if on_batch is not None:
                 on_batch(name, done)
     report.expired_keys = await prune_expired_keys(sessions, now, tenant=tenant, dry_run=dry_run, batch=batch)
+    report.old_review_events = await _prune_review_events(
+        sessions, now - REVIEW_EVENT_TTL, tenant=tenant, dry_run=dry_run
+    )
     return report
+
+
+async def _prune_review_events(
+    sessions: async_sessionmaker[AsyncSession], before: datetime, *, tenant: str | None, dry_run: bool
+) -> int:
+    """Delete (or count) webhook events made before ``before``: sent, given up on, or of a tenant with no webhook."""
+    old = ReviewEventRow.created_at < before
+    if tenant is not None:
+        old = old & (ReviewEventRow.tenant == tenant)
+    if dry_run:
+        async with sessions() as session:
+            return int(await session.scalar(select(func.count()).where(old)) or 0)
+    async with sessions.begin() as session:
+        return _rowcount(await session.execute(delete(ReviewEventRow).where(old)))
 
 
 def as_cutoff(cut: datetime | Cutoff) -> Cutoff:

@@ -58,11 +58,13 @@ async def with_outcomes(
     limit: int,
 ) -> list[tuple[StoredDecision, StoredOutcome]]:
     """Decisions with their recorded outcomes, newest outcome first (``DecisionStore.outcomes``)."""
-    query = select(DecisionRow, OutcomeRow).join(OutcomeRow, OutcomeRow.decision_id == DecisionRow.id)
+    # Driven from the outcomes (their tenant and task are copies of the decision's), newest first by
+    # ix_outcomes_tenant_task_created_at: the cost follows the outcomes read, not the decisions logged.
+    query = select(DecisionRow, OutcomeRow).join(DecisionRow, OutcomeRow.decision_id == DecisionRow.id)
     if tenant is not None:
-        query = query.where(DecisionRow.tenant == tenant)
+        query = query.where(OutcomeRow.tenant == tenant)
     if task is not None:
-        query = query.where(DecisionRow.task == task)
+        query = query.where(OutcomeRow.task == task)
     if since is not None:
         query = query.where(DecisionRow.created_at >= since)
     query = query.order_by(OutcomeRow.created_at.desc(), OutcomeRow.id).limit(limit)

@@ -1,18 +1,23 @@
 """The router's ``DecisionSink`` for one tenant: what ``DecisionStore.sink`` hands out.
 
 It records through the store's one ``DecisionWriter``, committed before ``record`` returns (group
-commit) or, for write-behind, queued.
+commit) or, for write-behind, queued. ``ReviewingSink`` also opens the reviews of a graph's policy
+gate in the review queue (``fastslow.router.ReviewRecorder``), committed before ``open_review``
+returns, whatever the sink's decisions do: the decision a review is about may still be queued then,
+which is why ``reviews.decision_id`` is no foreign key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
-from fastslow.router import Decision, State
+from fastslow.router import Decision, PendingReview, State
 
+from ._reviews import ReviewDraft
+from ._values import Review
 from ._writer import DecisionWriter
 
-__all__ = ["TenantSink"]
+__all__ = ["ReviewingSink", "TenantSink"]
 
 
 class TenantSink:
@@ -54,3 +59,37 @@ class TenantSink:
         await self._writer.record(
             decisions, tenant=self._tenant, state=state, store_state=self._keeps_state(decisions), durable=durable
         )
+
+
+class ReviewingSink(TenantSink):
+    """A ``TenantSink`` that is also a ``ReviewRecorder``: a graph's gate opens its reviews in the queue."""
+
+    def __init__(
+        self,
+        writer: DecisionWriter,
+        tenant: str,
+        store_state: Callable[[str], bool] | bool,
+        write_behind: bool,
+        *,
+        open_review: Callable[[ReviewDraft], Awaitable[Review]],
+    ) -> None:
+        super().__init__(writer, tenant, store_state, write_behind)
+        self._open_review = open_review
+
+    async def open_review(self, pending: PendingReview) -> str:
+        """Open ``pending`` in this tenant's review queue; its id, once committed."""
+        draft = ReviewDraft(
+            tenant=self._tenant,
+            decision_id=pending.decision_id,
+            source=pending.source,
+            task=pending.task,
+            rule=pending.rule,
+            subject=pending.subject,
+            probabilities=pending.probabilities,
+            probability=pending.probability,
+            policy_version=pending.policy_version,
+            thread_id=pending.thread_id,
+            tool_call_id=pending.tool_call_id,
+        )
+        review = await self._open_review(draft)
+        return review.id

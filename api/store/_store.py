@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
+from typing import Any
 
-from sqlalchemy import insert, select, text
+from sqlalchemy import Table, insert, select, text
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
-from fastslow.router import Decision, DecisionSink, State
+from fastslow.router import Decision, DecisionSink, State, Verdict
 
-from . import _keys, _reads
+from . import _keys, _pages, _reads, _reviews, _summary
 from ._codec import answer_rows, canonical_state, clean, decision_row, stored_outcome
 from ._engine import create_store_engine, upgrade
 from ._idempotency import (
@@ -40,9 +41,13 @@ from ._idempotency import (
 )
 from ._learned import LearnedExamples
 from ._models import AnswerRow, DecisionRow, IdempotencyKeyRow, OutcomeRow
+from ._pages import DecisionFilter, DecisionPage
 from ._prune import DEFAULT_PRUNE_BATCH, Cutoff, PruneCounts, PruneReport, as_cutoff, prune
-from ._sink import TenantSink
-from ._values import ApiKey, StoredDecision, StoredOutcome
+from ._reviews import ReviewDraft, Settled
+from ._rollup import add_rollups
+from ._sink import ReviewingSink, TenantSink
+from ._summary import LogSummary
+from ._values import DEFAULT_SCOPES, ApiKey, Review, ReviewStatus, StoredDecision, StoredOutcome
 from ._writer import DEFAULT_BATCH, DEFAULT_QUEUE, DecisionWriter, Record
 
 __all__ = ["DecisionStore"]
@@ -144,6 +149,7 @@ class DecisionStore:
         # lock (busy_timeout) instead of failing the way a read-then-write transaction can.
         async with self._sessions.begin() as session:
             await session.execute(insert(DecisionRow), rows)
+            await add_rollups(session, rows)
             if answers:
                 await session.execute(insert(AnswerRow), answers)
 
@@ -154,8 +160,10 @@ class DecisionStore:
         tenant: str,
         idempotent: IdempotentRequest | None = None,
         response: tuple[int, bytes] | None = None,
+        extra: Sequence[tuple[Table, Mapping[str, Any]]] = (),
     ) -> None:
-        """Commit one request's decisions, and its idempotency key with ``response``, in one transaction.
+        """Commit one request's decisions, its ``extra`` rows (the reviews it opened, ``review_rows``)
+        and its idempotency key with ``response``, in one transaction.
 
         Committed when this returns; on any failure nothing of it is stored.
 
@@ -163,12 +171,13 @@ class DecisionStore:
             IdempotencyKeyTaken: another request with ``idempotent``'s key committed first.
         """
         _check_tenant(tenant)
-        also: list[tuple[type[IdempotencyKeyRow], dict[str, object]]] = []
+        also: list[tuple[Table, dict[str, Any]]] = [(table, dict(row)) for table, row in extra]
         if idempotent is not None:
             if response is None:
                 raise ValueError("an idempotent request is stored with its response")
             status, body = response
-            also.append((IdempotencyKeyRow, response_row(idempotent, status=status, body=body, now=_now())))
+            keys: Table = IdempotencyKeyRow.__table__  # type: ignore[assignment]
+            also.append((keys, response_row(idempotent, status=status, body=body, now=_now())))
         try:
             await self.writer.record_unit(records, tenant=tenant, also=also)
         except IntegrityError as exc:
@@ -181,7 +190,12 @@ class DecisionStore:
         return await find_response(self._sessions, request, _now())
 
     def sink(
-        self, tenant: str, *, store_state: Callable[[str], bool] | bool = False, write_behind: bool = False
+        self,
+        tenant: str,
+        *,
+        store_state: Callable[[str], bool] | bool = False,
+        write_behind: bool = False,
+        review_ttl_s: float | None = 86_400.0,
     ) -> DecisionSink:
         """A ``fastslow.router.DecisionSink`` that records into this log for ``tenant``, through ``writer``.
 
@@ -193,8 +207,20 @@ class DecisionStore:
                 where nobody is acknowledged); ``flush()`` or ``aclose()`` the store to commit the
                 rest. Decisions System 2 answered are still committed before ``record`` returns.
                 Off (the default), ``record`` returns once committed, in a group commit.
+            review_ttl_s: the sink is also a ``fastslow.router.ReviewRecorder``: a graph's policy
+                gate opens its reviews in this log's review queue, expiring this long after
+                (``settings.reviews.ttl_s``). ``None``: it opens none (LangGraph's own server,
+                which keeps reviews in its interrupts).
         """
-        return TenantSink(self.writer, _check_tenant(tenant), store_state, write_behind)
+        tenant = _check_tenant(tenant)
+        if review_ttl_s is None:
+            return TenantSink(self.writer, tenant, store_state, write_behind)
+        ttl_s = review_ttl_s
+
+        async def open_review(draft: ReviewDraft) -> Review:
+            return await self.open_review(draft, ttl_s=ttl_s)
+
+        return ReviewingSink(self.writer, tenant, store_state, write_behind, open_review=open_review)
 
     async def flush(self) -> None:
         """Wait until every decision the sinks queued so far is committed (or given up on and logged)."""
@@ -251,10 +277,14 @@ class DecisionStore:
             except IntegrityError:
                 await session.rollback()
                 return None
-            owner = await session.scalar(select(DecisionRow.tenant).where(DecisionRow.id == decision_id))
-            if owner != tenant:
+            owner = (
+                await session.execute(select(DecisionRow.tenant, DecisionRow.task).where(DecisionRow.id == decision_id))
+            ).first()
+            if owner is None or owner.tenant != tenant:
                 await session.rollback()
                 return None
+            # Copied onto the outcome so calibration walks a task's outcomes by their own index.
+            row.tenant, row.task = owner.tenant, owner.task
             outcome = stored_outcome(row)
             if idempotent is not None and respond is not None:
                 status, body = respond(outcome)
@@ -340,13 +370,18 @@ class DecisionStore:
 
     # -- API keys --------------------------------------------------------------------------------
 
-    async def create_key(self, tenant: str, *, name: str | None = None) -> tuple[str, ApiKey]:
-        """Make an API key for ``tenant``.
+    async def create_key(
+        self, tenant: str, *, name: str | None = None, scopes: Iterable[str] = DEFAULT_SCOPES
+    ) -> tuple[str, ApiKey]:
+        """Make an API key for ``tenant`` that may do ``scopes`` (``check`` and ``read`` unless told).
 
         Returns:
             The key itself, which is not kept and cannot be shown again, and its record.
+
+        Raises:
+            ValueError: an unknown scope, or none.
         """
-        return await _keys.create_key(self._sessions, _check_tenant(tenant), name=name, now=_now())
+        return await _keys.create_key(self._sessions, _check_tenant(tenant), name=name, now=_now(), scopes=scopes)
 
     async def authenticate(self, key: str, *, include_revoked: bool = False) -> ApiKey | None:
         """The record of a live key, or ``None`` for an unknown one (and a revoked one, unless
@@ -364,3 +399,61 @@ class DecisionStore:
     async def list_keys(self, tenant: str | None = None) -> list[ApiKey]:
         """Every key's record (never the key), oldest first; only ``tenant``'s when given."""
         return await _keys.list_keys(self._sessions, tenant)
+
+    # -- the console's reads -----------------------------------------------------------------------
+
+    async def decision_page(
+        self, *, tenant: str, where: DecisionFilter | None = None, after: str | None = None, limit: int = 50
+    ) -> DecisionPage:
+        """One page of ``tenant``'s decisions, newest first, from the cursor ``after`` (``DecisionPage.next_cursor``).
+
+        Raises:
+            ValueError: ``after`` is not a cursor this method made.
+        """
+        return await _pages.decision_page(
+            self._sessions, tenant=tenant, where=where or DecisionFilter(), after=after, limit=limit
+        )
+
+    async def summary(
+        self, *, tenant: str, task: str | None = None, since: datetime, until: datetime | None = None
+    ) -> LogSummary:
+        """The figures of ``tenant``'s decisions over ``[since, until)`` (``fastslow.api.store.LogSummary``)."""
+        return await _summary.log_summary(self._sessions, tenant=tenant, task=task, since=since, until=until or _now())
+
+    async def summary_tasks(self, *, tenant: str) -> list[str]:
+        """The tasks ``tenant`` has decisions for."""
+        return await _summary.summary_tasks(self._sessions, tenant=tenant)
+
+    # -- reviews -----------------------------------------------------------------------------------
+
+    async def open_review(self, draft: ReviewDraft, *, ttl_s: float) -> Review:
+        """Open a review on its own (a graph's gate), expiring ``ttl_s`` from now; committed on return."""
+        now = _now()
+        return await _reviews.open_review(self._sessions, draft, now=now, expires_at=now + timedelta(seconds=ttl_s))
+
+    def review_rows(self, draft: ReviewDraft, *, ttl_s: float) -> tuple[Review, list[tuple[Table, dict[str, Any]]]]:
+        """A review to open with a request's decisions: pass the rows as ``record_unit``'s ``extra``."""
+        now = _now()
+        return _reviews.review_rows(draft, now=now, expires_at=now + timedelta(seconds=ttl_s))
+
+    async def get_review(self, review_id: str, *, tenant: str) -> Review | None:
+        """``tenant``'s review with this id, or ``None``."""
+        return await _reviews.get_review(self._sessions, review_id, tenant=tenant)
+
+    async def reviews(
+        self, *, tenant: str, status: ReviewStatus | None = None, limit: int = 50, offset: int = 0
+    ) -> list[Review]:
+        """``tenant``'s reviews: pending ones most uncertain first, the others newest first."""
+        return await _reviews.list_reviews(self._sessions, tenant=tenant, status=status, limit=limit, offset=offset)
+
+    async def settle_review(
+        self, review_id: str, *, tenant: str, verdict: Verdict, by: str, note: str | None = None
+    ) -> Settled | None:
+        """Settle a pending review (``Settled.now_settled`` false: it was settled before); ``None``: no such review."""
+        return await _reviews.settle_review(
+            self._sessions, review_id, tenant=tenant, verdict=verdict, note=note, by=by, now=_now()
+        )
+
+    async def expire_reviews(self, *, verdict: Verdict = "deny", tenant: str | None = None) -> int:
+        """Settle every pending review past its expiry with ``verdict``, as ``expired``; how many."""
+        return await _reviews.expire_due(self._sessions, now=_now(), verdict=verdict, tenant=tenant)

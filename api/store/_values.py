@@ -5,10 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Literal
 
 from fastslow.router import Decision, Reason, System, Verdict
 
-__all__ = ["ApiKey", "StoredDecision", "StoredOutcome"]
+__all__ = ["DEFAULT_SCOPES", "SCOPES", "ApiKey", "Review", "ReviewStatus", "Scope", "StoredDecision", "StoredOutcome"]
+
+Scope = Literal["check", "review", "read"]
+SCOPES: tuple[Scope, ...] = ("check", "review", "read")
+"""What a key may do: ``check`` (decide: policy checks, routes, the gateway), ``read`` (the decision
+log and the console), ``review`` (settle reviews; signs in to the console with its forms)."""
+DEFAULT_SCOPES: frozenset[Scope] = frozenset({"check", "read"})
+"""What every key could do before scopes existed, and what a key gets unless told otherwise."""
+
+ReviewStatus = Literal["pending", "allowed", "denied", "expired"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,7 +111,45 @@ class ApiKey:
     """The key's first characters (``fs_`` and 8 more), enough to tell keys apart, not to use one."""
     created_at: datetime
     revoked_at: datetime | None
+    scopes: frozenset[Scope] = DEFAULT_SCOPES
 
     @property
     def revoked(self) -> bool:
         return self.revoked_at is not None
+
+    def may(self, scope: Scope) -> bool:
+        """Whether the key has ``scope``."""
+        return scope in self.scopes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Review:
+    """A ``review`` verdict: waiting for a person, or settled by one (or by its expiry)."""
+
+    id: str
+    tenant: str
+    decision_id: str
+    source: str
+    """``api``, ``graph`` (``policy_gate_node``) or ``agent`` (the ``create_agent`` gate middleware)."""
+    thread_id: str | None
+    tool_call_id: str | None
+    task: str
+    rule: str
+    subject: Mapping[str, object]
+    """``{"text": ...}`` or ``{"tool_call": {"name": ..., "args": ...}}``: what was checked."""
+    probabilities: Mapping[str, float]
+    """Each rule's probability."""
+    probability: float
+    uncertainty: float
+    policy_version: str
+    status: ReviewStatus
+    verdict: Verdict | None
+    note: str | None
+    settled_by: str | None
+    settled_at: datetime | None
+    created_at: datetime
+    expires_at: datetime
+
+    @property
+    def pending(self) -> bool:
+        return self.status == "pending"

@@ -41,6 +41,7 @@ from fastslow.router import Decision, State
 
 from ._codec import answer_rows, canonical_state, decision_row
 from ._models import AnswerRow, Base, DecisionRow
+from ._rollup import add_rollups
 
 __all__ = ["DEFAULT_BATCH", "DEFAULT_QUEUE", "AlsoRow", "DecisionWriter", "Record", "WriterClosed"]
 
@@ -424,6 +425,7 @@ class DecisionWriter:
         async with self._engine.begin() as connection:
             if rows:
                 await connection.execute(insert(DecisionRow), rows)
+                await add_rollups(connection, rows)
             if answers:
                 await connection.execute(insert(AnswerRow), answers)
             for table, row in also:  # after the decisions: when theirs fail, none of these is stored

@@ -47,7 +47,9 @@ class PolicyGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     * **allow**: the tool runs;
     * **review**: the agent pauses as ``HumanInTheLoopMiddleware`` does (one ``interrupt`` with a
       ``HITLRequest`` for the model turn, each action request carrying the ``fastslow`` decision:
-      task, rule, probability), and resumes with ``Command(resume={"decisions": [...]})``:
+      task, rule, probability and, when the router records into the decision log, the
+      ``review_id`` of the review opened in the review queue), and resumes with
+      ``Command(resume={"decisions": [...]})``:
       ``approve`` runs the call, ``reject`` answers it with an error ``ToolMessage`` (with the
       reviewer's ``message`` when given), ``edit`` replaces it with the ``edited_action``, which is
       checked again and handled by its own verdict (a denied edit does not run, a reviewed one
@@ -98,7 +100,7 @@ class PolicyGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.context = context
 
         # Checkpointed as LangGraph tasks: a hook run again on resume gets back the reviewed verdicts.
-        self._checks = GateChecks(router, task)
+        self._checks = GateChecks(router, task, source="agent")
 
     @property
     def name(self) -> str:
@@ -206,6 +208,9 @@ class PolicyGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                     "probability": result["confidence"],
                     "system2": result["system2"],
                     "policy_version": result["policy_version"],
+                    # The review queue's id when the router records into the decision log
+                    # (``fastslow.graphs.resume_reviewed``); None otherwise.
+                    "review_id": result.get("review_id"),
                 },
             }
             actions.append(action)  # type: ignore[arg-type]  # ActionRequest plus the "fastslow" key

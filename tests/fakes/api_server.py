@@ -16,7 +16,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +28,7 @@ import yaml
 
 from fastslow.api._server import server_config
 from fastslow.api.app import RateLimit, create_app
-from fastslow.api.store import DecisionStore, database_url_for, upgrade
+from fastslow.api.store import DEFAULT_SCOPES, DecisionStore, database_url_for, upgrade
 from fastslow.router import Settings
 
 from fakes.embedded import first_build
@@ -173,19 +173,19 @@ def test_settings(tmp_path: Path, **updates: Any) -> Settings:
 test_settings.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
 
 
-async def new_key(settings: Settings, tenant: str) -> str:
-    """A new API key for ``tenant`` in the settings' decision log (migrating it first)."""
+async def new_key(settings: Settings, tenant: str, *, scopes: Iterable[str] = DEFAULT_SCOPES) -> str:
+    """A new API key for ``tenant`` with ``scopes`` in the settings' decision log (migrating it first)."""
     store = await DecisionStore.open(database_url_for(settings))
     try:
-        key, _record = await store.create_key(tenant)
+        key, _record = await store.create_key(tenant, scopes=scopes)
     finally:
         await store.aclose()
     return key
 
 
-def create_key(settings: Settings, tenant: str) -> str:
+def create_key(settings: Settings, tenant: str, *, scopes: Iterable[str] = DEFAULT_SCOPES) -> str:
     """``new_key`` for synchronous fixtures."""
-    return asyncio.run(new_key(settings, tenant))
+    return asyncio.run(new_key(settings, tenant, scopes=scopes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,9 +196,9 @@ class RunningApi:
     settings: Settings
     server: uvicorn.Server
 
-    async def key(self, tenant: str) -> str:
-        """A new API key for ``tenant``."""
-        return await new_key(self.settings, tenant)
+    async def key(self, tenant: str, *, scopes: Iterable[str] = DEFAULT_SCOPES) -> str:
+        """A new API key for ``tenant`` (``check`` and ``read`` unless ``scopes`` says otherwise)."""
+        return await new_key(self.settings, tenant, scopes=scopes)
 
 
 @contextmanager
