@@ -236,6 +236,8 @@ def measure(database: str, url: str, n: int, runs: int, work: Path) -> dict[str,
                     "/console/decisions?task=triage&reason=small_margin&has_outcome=no"
                 ),
                 "decisions list, audit sample": "/console/decisions?audit=yes",
+                "decisions list, outcome recorded (1 in 125)": "/console/decisions?has_outcome=yes",
+                "decisions list, a filter matching nothing": "/console/decisions?verdict=deny",
                 "decision page": f"/console/decisions/{newest}",
                 "calibration (one task)": "/console/calibration?task=support",
                 "reviews": "/console/reviews",

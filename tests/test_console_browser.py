@@ -20,44 +20,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode
 
 from fastslow.api.store import DecisionStore
 from fastslow.graphs import resume_reviewed
-from fastslow.policies import load_policy
-from fastslow.router import Router, policy_gate_node
 from fastslow.router.settings import JevSettings
 
 from fakes.api_server import RunningApi, api_client, create_key, running_api, test_settings
 from fakes.browser import browser, screenshot  # noqa: F401  (fixture)
 from fakes.jev_server import JevFakeServer
-from fakes.scripted import Chats, OneEngine, ScriptedEngine
+from fakes.review_graphs import REVIEW_POLICY, gated_graph, scripted_router
 
 pytestmark = pytest.mark.browser
 
-POLICY = """\
-version: 1
-tasks:
-  review_me:
-    kind: check
-    rules:
-      risky:
-        instructions: Could this call do harm?
-        allow_at: 0.0
-        deny_at: 1.0
-  let_through:
-    kind: check
-    rules:
-      risky:
-        instructions: Could this call do harm?
-        allow_at: 1.0
-        deny_at: 1.0
-"""
-WAIT_S = 30
+WAIT_S = 60  # a loaded CI machine runs this beside the rest of the suite
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +43,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningApi]:
     engine.start()
     tmp: Path = tmp_path_factory.mktemp("console")
     policy = tmp / "policy.yaml"
-    policy.write_text(POLICY, encoding="utf-8")
+    policy.write_text(REVIEW_POLICY, encoding="utf-8")
     settings = test_settings(
         tmp, policy_file=policy, engine="jev", jev=JevSettings(base_url=engine.url, profile="jev", max_retries=0)
     )
@@ -202,35 +179,18 @@ def shell(command: str) -> str:
     return "ok"
 
 
-def _gated(router: Router) -> Any:
-    proposed = AIMessage("", tool_calls=[{"name": "shell", "args": {"command": "rm -rf build/"}, "id": "call-1"}])
-    turns = iter([proposed])
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [next(turns, AIMessage("done"))]}
-
-    graph: StateGraph[MessagesState, Any, MessagesState, MessagesState] = StateGraph(MessagesState)
-    graph.add_node("agent", agent)
-    graph.add_node("gate", policy_gate_node(router, "review_me"), destinations=("tools", "agent"))
-    graph.add_node("tools", ToolNode([shell]))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", lambda s: "gate" if s["messages"][-1].tool_calls else END, ["gate", END])
-    graph.add_edge("tools", "agent")
-    return graph.compile(checkpointer=InMemorySaver())
-
-
 async def test_settle_the_review_of_a_graph_paused_at_its_gate_and_resume_the_thread(
     api: RunningApi,
     keys: dict[str, str],
     browser: Any,  # noqa: F811
 ) -> None:
     assert api.settings.policy_file is not None
-    policy = load_policy(api.settings.policy_file)
     url = api.settings.database_url or f"sqlite+aiosqlite:///{api.settings.resolved_data_dir() / 'fastslow.sqlite3'}"
     async with await DecisionStore.open(url, migrate=False) as store:
         # The same decision log as the server's; System 1 a script 0.6 sure of harm: review_me's band.
-        scripted = Router(lambda: policy, OneEngine(ScriptedEngine(lambda *_: {"yes": 0.6, "no": 0.4})), Chats(None))
-        app = _gated(scripted.with_sink(store.sink("acme", write_behind=True)))
+        router = scripted_router(api.settings.policy_file).with_sink(store.sink("acme", write_behind=True))
+        call = {"name": "shell", "args": {"command": "rm -rf build/"}, "id": "call-1"}
+        app = gated_graph(router, shell, call)
         config = {"configurable": {"thread_id": f"thread-{uuid.uuid4().hex[:8]}"}}
         paused = await app.ainvoke({"messages": [HumanMessage("clean the build folder")]}, config)
         review_id = paused["__interrupt__"][0].value["review_id"]

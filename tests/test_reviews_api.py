@@ -16,46 +16,23 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode
 from pydantic import SecretStr
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from fastslow.api.store import DecisionStore
 from fastslow.graphs import resume_reviewed
-from fastslow.policies import load_policy
-from fastslow.router import Router, policy_gate_node
 from fastslow.router.settings import JevSettings, ReviewSettings, WebhookSettings
 
 from fakes.api_server import RunningApi, api_client, create_key, running_api, test_settings
 from fakes.databases import postgres_server, postgres_url_in_schema
 from fakes.jev_server import JevFakeServer
-from fakes.scripted import Chats, OneEngine, ScriptedEngine
+from fakes.review_graphs import REVIEW_POLICY, gated_graph, scripted_router
 from fakes.webhooks import WebhookReceiver, signed_by, webhook_receiver
 
 SECRET = "whsec-api-test"
-POLICY = """\
-version: 1
-tasks:
-  review_me:
-    kind: check
-    rules:
-      risky:
-        instructions: Could this call do harm?
-        allow_at: 0.0
-        deny_at: 1.0
-  let_through:
-    kind: check
-    rules:
-      risky:
-        instructions: Could this call do harm?
-        allow_at: 1.0
-        deny_at: 1.0
-"""
 CALL = {"name": "run_sql", "arguments": {"query": "UPDATE users SET plan = 'free' WHERE id = '<1>'"}}
 
 
@@ -89,7 +66,7 @@ def api(tmp_path_factory: pytest.TempPathFactory, database_url: str, hook: Webho
     engine.start()
     tmp: Path = tmp_path_factory.mktemp("api")
     policy = tmp / "policy.yaml"
-    policy.write_text(POLICY, encoding="utf-8")
+    policy.write_text(REVIEW_POLICY, encoding="utf-8")
     reviews = ReviewSettings(webhooks={"acme": WebhookSettings(url=hook.url, secret=SecretStr(SECRET))}, sweep_s=0.05)
     settings = test_settings(
         tmp,
@@ -219,35 +196,14 @@ def run_sql(query: str) -> str:
     return "1 row"
 
 
-def _gate_graph(router: Router) -> Any:
-    proposed = AIMessage("", tool_calls=[{"name": "run_sql", "args": {"query": "DELETE FROM carts"}, "id": "c1"}])
-    turns = iter([proposed])
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [next(turns, AIMessage("done"))]}
-
-    graph: StateGraph[MessagesState, Any, MessagesState, MessagesState] = StateGraph(MessagesState)
-    graph.add_node("agent", agent)
-    graph.add_node("gate", policy_gate_node(router, "review_me"), destinations=("tools", "agent"))
-    graph.add_node("tools", ToolNode([run_sql]))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", lambda s: "gate" if s["messages"][-1].tool_calls else END, ["gate", END])
-    graph.add_edge("tools", "agent")
-    return graph.compile(checkpointer=InMemorySaver())
-
-
 async def test_a_graph_paused_in_process_waits_in_the_same_queue_and_resumes_with_the_settled_value(
     api: RunningApi, keys: dict[str, str]
 ) -> None:
     async with await DecisionStore.open(api.settings.database_url or "", migrate=False) as store:
         assert api.settings.policy_file is not None
-        policy = load_policy(api.settings.policy_file)
         # The server's policy; System 1 a script, 0.6 sure of harm: review_me's band.
-        policy_router = Router(
-            lambda: policy, OneEngine(ScriptedEngine(lambda *_: {"yes": 0.6, "no": 0.4})), Chats(None)
-        )
-        router = policy_router.with_sink(store.sink("acme", write_behind=True))
-        app = _gate_graph(router)
+        router = scripted_router(api.settings.policy_file).with_sink(store.sink("acme", write_behind=True))
+        app = gated_graph(router, run_sql, {"name": "run_sql", "args": {"query": "DELETE FROM carts"}, "id": "c1"})
         config = {"configurable": {"thread_id": f"graph-{uuid.uuid4().hex}"}}
         paused = await app.ainvoke({"messages": [HumanMessage("empty the carts table")]}, config)
         review_id = paused["__interrupt__"][0].value["review_id"]

@@ -128,6 +128,20 @@ async def test_pages_walk_the_log_newest_first_by_cursor_and_filter(store: Decis
     with pytest.raises(ValueError, match="cursor"):
         await store.decision_page(tenant="acme", after="not-a-cursor")
 
+    # A filter no index selects searches a bounded window per page, then goes on from its end.
+    rare = DecisionFilter(has_outcome=True)
+    first = await store.decision_page(tenant="acme", where=rare, limit=10, window=1)
+    assert (first.decisions, first.window_ended) == ([], True) and first.next_cursor is not None
+    walked, cursor, views = [], None, 0
+    while True:
+        page = await store.decision_page(tenant="acme", where=rare, after=cursor, limit=10, window=2)
+        walked += [d.id for d in page.decisions]
+        views += 1
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert walked == [ids[5]] and views == 4  # 7 decisions, 2 a view
+
 
 async def test_concurrent_writers_add_to_one_hour_without_losing_counts(store: DecisionStore) -> None:
     import asyncio

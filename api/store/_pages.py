@@ -1,8 +1,9 @@
 """The decision log a page at a time, newest first, for the console's list.
 
 Pages are cut by a keyset, ``(created_at, id)`` of the last row shown, not an offset, so page 1,000
-costs what page 1 does: the database walks ``ix_decisions_tenant_created_at_id`` (or the task's
-index) from the cursor and stops after one page of matches.
+costs what page 1 does: the database walks ``ix_decisions_tenant_created_at_id`` (or the task's,
+or the audit sample's partial index) from the cursor, and at most ``SEARCH_WINDOW`` rows of it per
+page view, however rarely the other filters match.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from ._codec import stored_decision
 from ._models import DecisionRow, OutcomeRow
 from ._values import StoredDecision
 
-__all__ = ["DecisionFilter", "DecisionPage", "decision_page", "decode_cursor", "encode_cursor"]
+__all__ = ["SEARCH_WINDOW", "DecisionFilter", "DecisionPage", "decision_page", "decode_cursor", "encode_cursor"]
+
+SEARCH_WINDOW = 20_000
+"""Decisions one page view searches at most for matches of the filters no index selects."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,10 +48,18 @@ class DecisionPage:
     """Ids of the decisions on the page that have an outcome recorded."""
     next_cursor: str | None
     """Where the next page starts; ``None`` on the last page."""
+    window_ended: bool = False
+    """The page stopped at the end of the decisions one page view searches (``window``), not
+    because it was full: more matches may lie further back, from ``next_cursor`` on."""
 
 
 def encode_cursor(decision: StoredDecision) -> str:
-    raw = f"{decision.created_at.isoformat()}|{decision.id}".encode()
+    """Where a page after ``decision`` starts."""
+    return _cursor(decision.created_at, decision.id)
+
+
+def _cursor(created_at: datetime, decision_id: str) -> str:
+    raw = f"{created_at.isoformat()}|{decision_id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -75,43 +87,77 @@ async def decision_page(
     where: DecisionFilter,
     after: str | None,
     limit: int,
+    window: int = SEARCH_WINDOW,
 ) -> DecisionPage:
     """One page of ``tenant``'s decisions matching ``where``, newest first, after the cursor ``after``.
 
     Raises:
         ValueError: ``after`` is not a cursor.
     """
-    has_outcome = exists().where(OutcomeRow.decision_id == DecisionRow.id)
-    query = select(DecisionRow, has_outcome.label("has_outcome")).where(DecisionRow.tenant == tenant)
-    if where.task is not None:
-        query = query.where(DecisionRow.task == where.task)
-    if where.system is not None:
-        query = query.where(DecisionRow.system == where.system)
-    if where.reason is not None:
-        query = query.where(DecisionRow.reason == where.reason)
-    if where.verdict is not None:
-        query = query.where(DecisionRow.verdict == where.verdict)
-    if where.since is not None:
-        query = query.where(DecisionRow.created_at >= where.since)
-    if where.until is not None:
-        query = query.where(DecisionRow.created_at < where.until)
-    if where.has_outcome is not None:
-        query = query.where(has_outcome if where.has_outcome else ~has_outcome)
-    if where.audit is not None:
-        query = query.where(DecisionRow.audit.is_(where.audit))
     if after is not None:
         created_at, decision_id = decode_cursor(after)
+    # What the indexes select: tenant, task, time range, the audit sample (its partial index, whose
+    # predicate is the bare column), and the cursor.
+    walk = [DecisionRow.tenant == tenant]
+    if where.task is not None:
+        walk.append(DecisionRow.task == where.task)
+    if where.since is not None:
+        walk.append(DecisionRow.created_at >= where.since)
+    if where.until is not None:
+        walk.append(DecisionRow.created_at < where.until)
+    if where.audit is True:
+        walk.append(DecisionRow.audit.expression)
+    if after is not None:
         # Spelled out rather than a row-value comparison, so the timestamp is bound through the column's type.
-        query = query.where(
+        walk.append(
             or_(
                 DecisionRow.created_at < created_at,
                 and_(DecisionRow.created_at == created_at, DecisionRow.id < decision_id),
             )
         )
-    query = query.order_by(DecisionRow.created_at.desc(), DecisionRow.id.desc()).limit(limit + 1)
+    has_outcome = exists().where(OutcomeRow.decision_id == DecisionRow.id)
+    rest = []
+    if where.system is not None:
+        rest.append(DecisionRow.system == where.system)
+    if where.reason is not None:
+        rest.append(DecisionRow.reason == where.reason)
+    if where.verdict is not None:
+        rest.append(DecisionRow.verdict == where.verdict)
+    if where.has_outcome is not None:
+        rest.append(has_outcome if where.has_outcome else ~has_outcome)
+    if where.audit is False:
+        rest.append(~DecisionRow.audit)
+    newest_first = (DecisionRow.created_at.desc(), DecisionRow.id.desc())
     async with sessions() as session:
-        rows = (await session.execute(query)).all()
+        edge = None
+        if rest:
+            # The other filters are searched for within a window: the newest ``window`` decisions
+            # the indexes select. Its last row is found first (an index-only walk of ``window``
+            # entries); bounded by it, the page's query stops there at the latest, so a filter that
+            # matches nothing costs one window, never a walk of the whole log. The page then ends
+            # at the window's edge and the next searches on from there.
+            edge = (
+                await session.execute(
+                    select(DecisionRow.created_at, DecisionRow.id)
+                    .where(*walk)
+                    .order_by(*newest_first)
+                    .offset(window - 1)
+                    .limit(1)
+                )
+            ).first()
+        query = select(DecisionRow, has_outcome.label("has_outcome")).where(*walk, *rest)
+        if edge is not None:
+            query = query.where(
+                or_(
+                    DecisionRow.created_at > edge.created_at,
+                    and_(DecisionRow.created_at == edge.created_at, DecisionRow.id >= edge.id),
+                )
+            )
+        rows = (await session.execute(query.order_by(*newest_first).limit(limit + 1))).all()
     decisions = [stored_decision(row, {}) for row, _ in rows[:limit]]
     outcomes = frozenset(row.id for row, has in rows[:limit] if has)
-    more = len(rows) > limit
-    return DecisionPage(decisions, outcomes, encode_cursor(decisions[-1]) if more and decisions else None)
+    if len(rows) > limit:
+        return DecisionPage(decisions, outcomes, encode_cursor(decisions[-1]))
+    if edge is not None:  # the window ended before the page filled: search on from its edge
+        return DecisionPage(decisions, outcomes, _cursor(edge.created_at, edge.id), window_ended=True)
+    return DecisionPage(decisions, outcomes, None)

@@ -41,7 +41,7 @@ from ._idempotency import (
 )
 from ._learned import LearnedExamples
 from ._models import AnswerRow, DecisionRow, IdempotencyKeyRow, OutcomeRow
-from ._pages import DecisionFilter, DecisionPage
+from ._pages import SEARCH_WINDOW, DecisionFilter, DecisionPage
 from ._prune import DEFAULT_PRUNE_BATCH, Cutoff, PruneCounts, PruneReport, as_cutoff, prune
 from ._reviews import ReviewDraft, Settled
 from ._rollup import add_rollups
@@ -403,7 +403,13 @@ class DecisionStore:
     # -- the console's reads -----------------------------------------------------------------------
 
     async def decision_page(
-        self, *, tenant: str, where: DecisionFilter | None = None, after: str | None = None, limit: int = 50
+        self,
+        *,
+        tenant: str,
+        where: DecisionFilter | None = None,
+        after: str | None = None,
+        limit: int = 50,
+        window: int = SEARCH_WINDOW,
     ) -> DecisionPage:
         """One page of ``tenant``'s decisions, newest first, from the cursor ``after`` (``DecisionPage.next_cursor``).
 
@@ -411,7 +417,7 @@ class DecisionStore:
             ValueError: ``after`` is not a cursor this method made.
         """
         return await _pages.decision_page(
-            self._sessions, tenant=tenant, where=where or DecisionFilter(), after=after, limit=limit
+            self._sessions, tenant=tenant, where=where or DecisionFilter(), after=after, limit=limit, window=window
         )
 
     async def summary(
