@@ -195,6 +195,10 @@ async def test_settle_the_review_of_a_graph_paused_at_its_gate_and_resume_the_th
         paused = await app.ainvoke({"messages": [HumanMessage("clean the build folder")]}, config)
         review_id = paused["__interrupt__"][0].value["review_id"]
         assert executed == []
+        # The graph's write-behind decision committed before the browser steps: they block this
+        # test's event loop, and a commit caught mid-transaction would hold SQLite's write lock
+        # from the server that is asked to settle the review meanwhile.
+        await store.flush()
 
         _sign_in(browser, api, keys["reviewer"])
         browser.get(f"{api.url}/console/reviews")
