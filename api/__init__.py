@@ -7,6 +7,8 @@ engines and the router and writes its report (``fastslow eval``); ``Learner`` le
 escalations into the decision log (``docs/learning.md``); ``fastslow.api.cli`` is the ``fastslow``
 command. ``Server(server_config(app, settings))`` runs an ASGI app under the guarded uvicorn server
 ``fastslow serve`` uses, for benchmarks that measure an app of their own under it.
+``configure_tracing()`` installs the tracer provider the standard ``OTEL_*`` variables ask for, as
+``fastslow serve`` does; an application running graphs in process calls it (or installs its own).
 """
 
 from __future__ import annotations
@@ -18,9 +20,21 @@ if TYPE_CHECKING:
     from ._evaluate import EvalOptions, evaluate
     from ._learning import Learner
     from ._server import Server, server_config
+    from ._telemetry import Tracing, configure_tracing
     from .app import create_app
 
-__all__ = ["EvalOptions", "Learner", "Runtime", "Server", "build_runtime", "create_app", "evaluate", "server_config"]
+__all__ = [
+    "EvalOptions",
+    "Learner",
+    "Runtime",
+    "Server",
+    "Tracing",
+    "build_runtime",
+    "configure_tracing",
+    "create_app",
+    "evaluate",
+    "server_config",
+]
 
 
 def __getattr__(name: str) -> object:
@@ -47,4 +61,8 @@ def __getattr__(name: str) -> object:
         from . import _server
 
         return getattr(_server, name)
+    if name in ("Tracing", "configure_tracing"):
+        from . import _telemetry
+
+        return getattr(_telemetry, name)
     raise AttributeError(f"module 'fastslow.api' has no attribute {name!r}")

@@ -88,5 +88,5 @@ def build_runtime(settings: Settings) -> Runtime:
     warn(store.current)
     store.add_listener(lambda _old, new: warn(new))
     chats = Frontier(settings.system2, openai_api=settings.system2.openai_api)
-    router = Router(lambda: store.current, engines, chats)
+    router = Router(lambda: store.current, engines, chats, trace_state_text=settings.tracing.state_text)
     return Runtime(settings=settings, policy_source=source, store=store, engines=engines, chats=chats, router=router)

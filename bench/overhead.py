@@ -57,22 +57,27 @@ from _overhead_peers import (
     stub_async_client,
     stub_sync_client,
 )
+from _overhead_tracing import SwitchProvider, Traced, install
 from langchain_core.messages import HumanMessage
 from langgraph.graph import END, START, StateGraph
 
 from fastslow.engines.jev import JevEngine
 from fastslow.router import PolicySet, Route, Router, RouteTask, Thresholds, route_edge, router_node
+from fastslow.router.engine_api import TracedEngine
 from fastslow.router.settings import JevSettings
 
 REPO = Path(__file__).resolve().parent.parent
 ROUTES = ("billing", "technical", "account")
 BASELINE = "bare conditional edge"
+TRACED = "fastslow node, traced (in-memory exporter)"
+UNTRACED = "fastslow node"
 
 
 def _router(sink: LazySink | None) -> Router:
     settings = JevSettings(base_url="http://jev.stub", profile="jev", max_retries=0)
     # Both clients, as the peers have theirs: the sync one serves invoke (Router.route_sync).
-    engine = JevEngine(settings, http_client=stub_async_client(), sync_http_client=stub_sync_client())
+    # In a span wrapper, as the engine pool builds every engine.
+    engine = TracedEngine(JevEngine(settings, http_client=stub_async_client(), sync_http_client=stub_sync_client()))
     task = RouteTask(
         name="support",
         routes={r: Route(name=r, description=f"{r} questions") for r in ROUTES},
@@ -113,7 +118,7 @@ def _graph(routing: Callable[[StateGraph[BenchState, Any, BenchState, BenchState
     return graph.compile()
 
 
-def _forms(mode: str, work: Path) -> tuple[dict[str, Any], list[LazySink]]:
+def _forms(mode: str, work: Path, provider: SwitchProvider) -> tuple[dict[str, Any], list[LazySink]]:
     """Each form's compiled graph, and the decision logs (new SQLite files for this mode) to close."""
     sinks: list[LazySink] = []
 
@@ -137,7 +142,8 @@ def _forms(mode: str, work: Path) -> tuple[dict[str, Any], list[LazySink]]:
 
     forms: dict[str, Any] = {
         BASELINE: bare,
-        "fastslow node": node(_router(None)),
+        UNTRACED: node(_router(None)),
+        TRACED: node(_router(None)),
         "fastslow edge": edge(_router(None)),
         "fastslow node + SQLite log": node(_router(log("node"))),
         "fastslow edge + SQLite log": edge(_router(log("edge"))),
@@ -146,7 +152,9 @@ def _forms(mode: str, work: Path) -> tuple[dict[str, Any], list[LazySink]]:
         "langgraph-jev-router": jev_router_edge(list(ROUTES), asynchronous=mode == "ainvoke"),
         "langgraph-jev": langgraph_jev_graph(list(ROUTES), asynchronous=mode == "ainvoke"),
     }
-    return {name: _graph(routing, mode) for name, routing in forms.items()}, sinks
+    apps = {name: _graph(routing, mode) for name, routing in forms.items()}
+    apps[TRACED] = Traced(apps[TRACED], provider)
+    return apps, sinks
 
 
 class Messages:
@@ -212,6 +220,16 @@ async def measure_async(forms: dict[str, Any], calls: int, warmup: int, seed: in
                 samples[name].append((time.perf_counter() - started) * 1000)
                 cpu_samples[name].append((time.process_time() - cpu) * 1000)
     return samples, cpu_samples
+
+
+def _tracing(figures: dict[str, dict[str, Any]], traced: Traced, calls: int) -> dict[str, float]:
+    """What recording spans adds per decision: the traced node against the same node untraced, same run."""
+    spans = traced.spans + len(traced.exporter_spans())
+    return {
+        "added_p50_ms": round(figures[TRACED]["raw_p50_ms"] - figures[UNTRACED]["raw_p50_ms"], 4),
+        "added_cpu_p50_ms": round(figures[TRACED]["cpu_p50_ms"] - figures[UNTRACED]["cpu_p50_ms"], 4),
+        "spans_per_call": round(spans / max(1, calls), 2),
+    }
 
 
 def _p99(values: list[float]) -> float:
@@ -311,6 +329,18 @@ def render(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {name} | {f['p50_ms']:.3f} | {f['p99_ms']:.3f} | {ratios} | {f['cpu_p50_ms']:.3f} | {cpu} |"
             )
+    lines += ["", "### Tracing", ""]
+    for mode in ("invoke", "ainvoke"):
+        t = results["tracing"][mode]
+        lines.append(
+            f"- `{mode}`: spans recorded and exported to memory add {t['added_p50_ms']:.3f} ms p50 "
+            f"({t['added_cpu_p50_ms']:.3f} ms CPU) per decision over the same node untraced "
+            f"({t['spans_per_call']:.1f} spans a call)."
+        )
+    lines.append(
+        "Untraced, the process's provider says it records nothing, and fastslow then makes no span, "
+        "exactly as in a process that configures no tracing."
+    )
     rss = results["rss"]
     lines += [
         "",
@@ -360,16 +390,21 @@ def main(argv: list[str] | None = None) -> int:
     rss_counts = (5_000, 25_000) if args.quick else (20_000, 100_000)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    provider = install()
+    tracing: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="fastslow-overhead-") as tmp:
-        forms, sinks = _forms("invoke", Path(tmp))
+        forms, sinks = _forms("invoke", Path(tmp), provider)
         sync = summarise(measure_sync(forms, calls, warmup, args.seed))
+        tracing["invoke"] = _tracing(sync, forms[TRACED], calls + warmup)
         for sink in sinks:
             sink.close()
 
         async def run_async() -> dict[str, dict[str, Any]]:
-            forms, sinks = _forms("ainvoke", Path(tmp))
+            forms, sinks = _forms("ainvoke", Path(tmp), provider)
             try:
-                return summarise(await measure_async(forms, calls, warmup, args.seed))
+                figures = summarise(await measure_async(forms, calls, warmup, args.seed))
+                tracing["ainvoke"] = _tracing(figures, forms[TRACED], calls + warmup)
+                return figures
             finally:
                 for sink in sinks:
                     await sink.aclose()
@@ -382,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         "invoke": sync,
         "ainvoke": asynchronous,
         "rss": rss,
+        "tracing": tracing,
         "seconds": round(time.perf_counter() - started, 1),
     }
     (args.out / "overhead.json").write_text(json.dumps(results, indent=2) + "\n")

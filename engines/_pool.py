@@ -23,6 +23,7 @@ from fastslow.router.engine_api import (
     CoalescingEngine,
     DecisionEngine,
     FallbackEngine,
+    TracedEngine,
 )
 
 from ._learned import LearnedSet
@@ -126,7 +127,8 @@ class EnginePool:
     def _build(self, name: str, policy: PolicySet, learned: LearnedSet) -> DecisionEngine:
         factory = _factory(name)
         if name not in LEARNS_FROM_EXAMPLES:
-            return self._coalesced(self._guarded(name, factory(EngineBuild(settings=self._settings))))
+            # Traced innermost: a span per call made (a breaker's refusal is an event, a shared call one span).
+            return self._coalesced(self._guarded(name, TracedEngine(factory(EngineBuild(settings=self._settings)))))
         examples = examples_for(self._settings, policy, learned)
         engine = factory(EngineBuild(settings=self._settings, examples=examples, models=self._shared_models()))
         log.info(
@@ -136,7 +138,7 @@ class EnginePool:
             len(examples.questions) if examples is not None else 0,
             learned.key or "empty",
         )
-        return self._coalesced(engine)
+        return self._coalesced(TracedEngine(engine))
 
     def _guarded(self, name: str, engine: DecisionEngine) -> DecisionEngine:
         """A network engine behind its breaker (inside coalescing: one shared call counts once).

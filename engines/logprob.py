@@ -37,6 +37,7 @@ from fastslow.router.engine_api import (
     Signals,
     Usage,
     gather_all,
+    trace_headers,
 )
 from fastslow.router.settings import LogprobSettings
 
@@ -195,6 +196,7 @@ class LogprobEngine(OpenAISdkDecisionEngine[LogprobSettings]):
                     model=self._settings.model,
                     prompt=[prompt],
                     logprobs=self._settings.top_logprobs,
+                    extra_headers=trace_headers(),
                     **sampling,
                 )
                 for prompt in prompts
@@ -211,6 +213,7 @@ class LogprobEngine(OpenAISdkDecisionEngine[LogprobSettings]):
             prompt=prompts,
             logprobs=self._settings.top_logprobs,
             timeout=request_timeout(deadline, self.name),
+            extra_headers=trace_headers(),
             **sampling,
         )
         return completion
@@ -229,6 +232,7 @@ class LogprobEngine(OpenAISdkDecisionEngine[LogprobSettings]):
                     ],
                     logprobs=True,
                     top_logprobs=self._settings.top_logprobs,
+                    extra_headers=trace_headers(),
                     **sampling,
                 )
                 for r in reads

@@ -41,6 +41,7 @@ from fastslow.router.engine_api import (
     EngineReply,
     Usage,
     normalise_distribution,
+    trace_headers,
 )
 from fastslow.router.settings import OpenAIDecisionsSettings
 
@@ -112,6 +113,7 @@ class OpenAIDecisionsEngine(OpenAISdkDecisionEngine[OpenAIDecisionsSettings]):
             input=_input(state, images),
             questions=[_question(name, q) for name, q in questions.items()],
             timeout=request_timeout(deadline, self.name),
+            extra_headers=trace_headers(),
         )
         latency = (time.perf_counter() - started) * 1000.0
         try:

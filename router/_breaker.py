@@ -45,6 +45,7 @@ from ._circuit import (
 from ._engine import DecisionEngine, ReadOptions, SyncDecide
 from ._errors import EngineTimeout
 from ._questions import Image, Question, State
+from ._tracing import Attr, Event, add_event
 from ._work import budget_s
 
 __all__ = [
@@ -117,7 +118,11 @@ def _guarded(breaker: CircuitBreaker, budget: float | None) -> Iterator[_Call]:
     Raises:
         CircuitOpen: the breaker refused the call.
     """
-    permit = breaker.admit()
+    try:
+        permit = breaker.admit()
+    except CircuitOpen as refused:
+        add_event(Event.BREAKER_REFUSED, {Attr.ENGINE: breaker.name, Attr.RETRY_AFTER_S: refused.retry_after_s})
+        raise
     call = _Call()
     started = time.monotonic()
     try:

@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from opentelemetry import context as otel_context
+
 from ._answers import Answer, EngineReply, NoAnswer, Usage
 from ._coalesce_calls import NO_OPTIONS, Call, Gone, Group, Shared, group_key, question_key
 from ._engine import DecisionEngine, ReadOptions, SyncDecide
@@ -38,6 +40,8 @@ from ._errors import EngineTimeout
 from ._questions import Image, Question, State
 from ._settings import CoalesceSettings
 from ._timing import Deadline
+from ._traced import collecting_call_span, receive_call_span
+from ._tracing import enabled, link_current
 from ._work import _SCOPE, _Scope, budget_s
 
 __all__ = ["CoalescingEngine"]
@@ -167,7 +171,11 @@ class CoalescingEngine:
         if keyed:
             shared.unkeyed.add(call)
         try:
-            reply = await self.inner.decide(state, questions, images=images, options=options)
+            if enabled():
+                with collecting_call_span(call.took_span):
+                    reply = await self.inner.decide(state, questions, images=images, options=options)
+            else:
+                reply = await self.inner.decide(state, questions, images=images, options=options)
         except BaseException as exc:
             self._settle(call, None, exc)
             raise
@@ -331,6 +339,10 @@ class CoalescingEngine:
         # caller's is the one that matters (each caller stops waiting at its own).
         deadline = Deadline(budget) if budget is not None else None
         context.run(_SCOPE.set, _Scope(deadline=deadline, tenant=call.tenant))
+        if enabled():
+            # The call's span goes in the trace of the caller that opened it, whoever's arrival sent it.
+            context.run(otel_context.attach, call.otel)
+            context.run(receive_call_span, call.took_span)
         call.task = asyncio.get_running_loop().create_task(
             call.engine.decide(call.state, call.questions, images=call.images, options=opts), context=context
         )
@@ -403,6 +415,8 @@ class CoalescingEngine:
             call.members -= 1
             if call.members == 0 and not future.done():
                 self._abandon(call)
+        if not opener:
+            link_current(call.span)  # this caller's span, to the call another caller's trace holds
         if opener and len(names) == len(reply.answers):
             return reply
         return EngineReply(

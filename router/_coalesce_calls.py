@@ -7,6 +7,9 @@ import json
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
+from opentelemetry import context as otel_context
+from opentelemetry.trace import SpanContext
+
 from ._answer_cache import AnswerCache
 from ._answers import EngineReply
 from ._engine import DecisionEngine, ReadOptions
@@ -55,9 +58,11 @@ class Call:
         "images",
         "inline",
         "options",
+        "otel",
         "prefix",
         "qkeys",
         "questions",
+        "span",
         "state",
         "task",
         "tenant",
@@ -87,12 +92,21 @@ class Call:
         self.ends: list[float | None] = []
         """Each caller's deadline on the monotonic clock (``None``: none of its own)."""
         self.tenant = current_tenant()
+        self.otel = otel_context.get_current()
+        """The trace context of the caller that opened the call: its span is in that caller's trace."""
+        self.span: SpanContext | None = None
+        """The engine call's span (``TracedEngine``), which the other callers' spans link to."""
         self.inline = False
         """Sent in the opening caller's own task (``CoalescingEngine``), not a task of its own."""
         self.members = 0
         self.handle: asyncio.Handle | None = None
         self.task: asyncio.Task[EngineReply] | None = None
         self.future: asyncio.Future[EngineReply] | None = None
+
+    def took_span(self, span: SpanContext) -> None:
+        """The engine call's span, from ``TracedEngine`` (the first one: a fallback chain may make more)."""
+        if self.span is None:
+            self.span = span
 
     @property
     def end(self) -> float | None:

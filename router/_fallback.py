@@ -30,6 +30,7 @@ from ._engine import DecisionEngine, EngineLimits, ReadOptions, SyncDecide
 from ._errors import EngineTimeout
 from ._questions import Image, Question, State
 from ._timing import Deadline
+from ._tracing import Attr, Event, GenAI, add_event
 from ._work import Overloaded, budget_s
 
 __all__ = ["FallbackChatEngine", "FallbackEngine", "falls_back"]
@@ -130,6 +131,7 @@ class FallbackEngine:
                 return await engine.decide(state, questions, images=images, options=opts)
             except Exception as exc:  # sorted by ``falls_back``; the rest is raised
                 failures.add(engine.name, exc)
+                _fell_back(engine.name, exc)
         raise failures.final(deadline)
 
     def decide_sync(
@@ -159,6 +161,7 @@ class FallbackEngine:
                 reply = sync(state, questions, images=images, options=opts)
             except Exception as exc:  # sorted by ``falls_back``; the rest is raised
                 failures.add(engine.name, exc)
+                _fell_back(engine.name, exc)
                 continue
             return reply
         raise failures.final(deadline)
@@ -212,10 +215,16 @@ class FallbackChatEngine:
                 if ran:
                     raise  # tools have run: redoing the loop elsewhere would run them again
                 failures.add(engine.name, exc)
+                _fell_back(engine.name, exc)
         raise failures.final(deadline)
 
     async def aclose(self) -> None:
         await _close_all(self.engines)
+
+
+def _fell_back(engine: str, error: BaseException) -> None:
+    """An event on the current span: ``engine`` failed (``failures.add`` has raised what may not fall back)."""
+    add_event(Event.FALLBACK, {Attr.ENGINE: engine, GenAI.ERROR_TYPE: type(error).__qualname__})
 
 
 def _counting(runner: ToolRunner, ran: list[ToolCall]) -> Callable[[ToolCall], Awaitable[ToolOutcome]]:

@@ -18,14 +18,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage, ToolMessage
 from langgraph._internal._constants import CONFIG_KEY_CALL
 from langgraph.config import get_config
 from langgraph.func import task as lg_task
+from langsmith.run_trees import RunTree
 
 from ._chat import ToolCall
+from ._langsmith import annotate_run, check_annotations, current_node_run, posting_calls
 from ._reviews import PendingReview, ReviewRecorder
 from ._router import CheckResult, Router
 from ._sync import LoopThread
@@ -36,18 +39,25 @@ log = logging.getLogger("fastslow.router")
 
 Checked = dict[str, Any]
 """What a gate keeps of a check: plain data (task, verdict, rule, confidence, system2,
-policy_version, review_id), since LangGraph checkpoints it."""
+policy_version, review_id; the deciding rule's decision_id, system and reason, and every rule's
+decision_ids), since LangGraph checkpoints it."""
 
 
 def _checked(result: CheckResult) -> Checked:
+    deciding = result.decisions[result.rule]
     return {
         "task": result.task,
         "verdict": result.verdict,
         "rule": result.rule,
-        "confidence": result.decisions[result.rule].confidence,
+        "confidence": deciding.confidence,
         "system2": result.system2,
         "policy_version": result.policy_version,
         "review_id": None,
+        # For LangSmith runs (``check_annotations``): which decisions the verdict came from.
+        "decision_id": deciding.id,
+        "system": deciding.system,
+        "reason": deciding.reason,
+        "decision_ids": {rule: decision.id for rule, decision in result.decisions.items()},
     }
 
 
@@ -117,8 +127,10 @@ class GateChecks:
 
     def __init__(self, router: Router, task: str, *, source: Literal["graph", "agent"] = "graph") -> None:
         async def policy_check(call: Mapping[str, Any], context: Sequence[BaseMessage]) -> Checked:
-            result = await router.check(task, _tool_call(call), context=context)
-            checked = _checked(result)
+            run = current_node_run()
+            with posting_calls(run) if run is not None else nullcontext():
+                result = await router.check(task, _tool_call(call), context=context)
+            checked = _traced(run, task, call, _checked(result))
             target = _review_target(router, result)
             if target is not None:
                 recorder, thread = target
@@ -126,8 +138,10 @@ class GateChecks:
             return checked
 
         def policy_check_sync(call: Mapping[str, Any], context: Sequence[BaseMessage]) -> Checked:
-            result = router.check_sync(task, _tool_call(call), context=context)
-            checked = _checked(result)
+            run = current_node_run()
+            with posting_calls(run) if run is not None else nullcontext():
+                result = router.check_sync(task, _tool_call(call), context=context)
+            checked = _traced(run, task, call, _checked(result))
             target = _review_target(router, result)
             if target is not None:
                 recorder, thread = target
@@ -159,6 +173,13 @@ class GateChecks:
         if not _in_graph():
             return self._check_sync(call, context)
         return self._task_sync(call, context).result()
+
+
+def _traced(run: RunTree | None, task: str, call: Mapping[str, Any], checked: Checked) -> Checked:
+    """``checked``, put on ``run`` (the check's own, a LangGraph task's) when LangChain tracing is on."""
+    if run is not None:
+        annotate_run(run, *check_annotations(task, [(call, checked)]))
+    return checked
 
 
 async def _opened(recorder: ReviewRecorder, pending: PendingReview) -> str | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, TypeAlias, TypeVar
 
@@ -31,6 +32,15 @@ from langgraph.types import Command, Send, interrupt
 from ._decisions import Decision
 from ._errors import ConfigError, InvalidRequest
 from ._gate_checks import GateChecks, refusal
+from ._langsmith import (
+    Annotations,
+    annotate_run,
+    check_annotations,
+    decision_annotations,
+    decisions_annotations,
+    node_run,
+    posting_calls,
+)
 from ._router import Incumbent, Router
 from ._turns import latest_user_turn
 
@@ -85,11 +95,28 @@ class RouterState(MessagesState, total=False):
     reason, policy version."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Traced(Generic[R]):
+    """How a node shows up in LangSmith when LangChain tracing is on (``fastslow.router._langsmith``).
+
+    ``describe`` gives the decided value's metadata and tags for the node's run; ``shown`` the
+    state text its engine calls may carry (``None`` unless the router opts in); ``calls`` whether
+    the node posts its engine calls itself (the policy gate's checks post theirs, each in its task).
+    """
+
+    describe: Callable[[R], Annotations]
+    shown: Callable[[Any], str | None] = lambda _input: None
+    calls: bool = True
+
+
 class _Dual(Runnable[Any, Any], Generic[R]):
     """A runnable whose async path awaits ``afunc`` and whose sync path calls ``func``.
 
     ``finish`` runs in the caller's thread and task either way, so it may call ``interrupt()``.
-    ``check``, when given, is called with the run's config before anything is decided.
+    ``check``, when given, is called with the run's config before anything is decided. With
+    ``traced`` and LangChain tracing on, the decision goes onto the node's run before ``finish``
+    (which may interrupt), and the engine calls become its child runs; with tracing off the only
+    cost is looking for a tracer among the config's handlers.
     """
 
     def __init__(
@@ -99,24 +126,38 @@ class _Dual(Runnable[Any, Any], Generic[R]):
         finish: Callable[[Any, R], Any],
         name: str,
         check: Callable[[RunnableConfig | None], None] | None = None,
+        traced: _Traced[R] | None = None,
     ):
         self.name = name
         self._afunc = afunc
         self._func = func
         self._finish = finish
         self._check = check
+        self._traced = traced
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         del kwargs
         if self._check is not None:
             self._check(config)
-        return self._finish(input, self._func(input))
+        run = node_run(config) if self._traced is not None else None
+        if run is None or self._traced is None:
+            return self._finish(input, self._func(input))
+        with posting_calls(run if self._traced.calls else None, state_text=self._traced.shown(input)):
+            decided = self._func(input)
+        annotate_run(run, *self._traced.describe(decided))
+        return self._finish(input, decided)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         del kwargs
         if self._check is not None:
             self._check(config)
-        return self._finish(input, await self._afunc(input))
+        run = node_run(config) if self._traced is not None else None
+        if run is None or self._traced is None:
+            return self._finish(input, await self._afunc(input))
+        with posting_calls(run if self._traced.calls else None, state_text=self._traced.shown(input)):
+            decided = await self._afunc(input)
+        annotate_run(run, *self._traced.describe(decided))
+        return self._finish(input, decided)
 
 
 def _get(state: Any, key: str, default: Any = None) -> Any:
@@ -170,6 +211,26 @@ def _deciders(
             raise _in_state(exc, messages_key, runnable) from None
 
     return decide, decide_sync
+
+
+def _turn_shown(router: Router, messages_key: str) -> Callable[[Any], str | None]:
+    """The latest user turn's text for LangSmith child runs, only where the router opts in to state text."""
+
+    def shown(state: Any) -> str | None:
+        if not router.trace_state_text:
+            return None
+        messages = _get(state, messages_key)
+        try:
+            found = latest_user_turn(messages, messages_key) if messages else None
+        except InvalidRequest:
+            return None
+        return found[1].text if found is not None else None
+
+    return shown
+
+
+def _route_traced(router: Router, messages_key: str) -> _Traced[Decision]:
+    return _Traced(partial(decision_annotations, "route"), _turn_shown(router, messages_key))
 
 
 def _state_keys(config: RunnableConfig | None) -> Mapping[str, Any] | None:
@@ -244,7 +305,8 @@ def router_node(
 
     name = f"router:{task}"
     check = _writes_kept(f"router_node({task!r})", route_key, decision_key)
-    return _Dual(*_deciders(router, task, messages_key, route_key, incumbent, name), finish, name, check)
+    deciders = _deciders(router, task, messages_key, route_key, incumbent, name)
+    return _Dual(*deciders, finish, name, check, _route_traced(router, messages_key))
 
 
 def route_edge(
@@ -284,7 +346,9 @@ def route_edge(
         return Send(goto, {**state, route_key: decision.outcome, decision_key: decision_record(decision)})
 
     name = f"route:{task}"
-    return _Dual(*_deciders(router, task, messages_key, route_key, incumbent, name), finish, name)
+    deciders = _deciders(router, task, messages_key, route_key, incumbent, name)
+    # An edge has no run of its own: the decision goes onto the run of the node it leaves.
+    return _Dual(*deciders, finish, name, traced=_route_traced(router, messages_key))
 
 
 def _pending_calls(messages: Sequence[AnyMessage]) -> list[dict[str, Any]]:
@@ -369,7 +433,9 @@ def policy_gate_node(
         ]
         return Command(goto=sends, update=update)
 
-    return _Dual(evaluate, evaluate_sync, finish, f"policy_gate:{task}")
+    # Each check posts its engine calls under its own run (a LangGraph task's), so the node posts none.
+    traced = _Traced(partial(check_annotations, task), calls=False)
+    return _Dual(evaluate, evaluate_sync, finish, f"policy_gate:{task}", traced=traced)
 
 
 def _approved(answer: Any) -> bool:
@@ -428,4 +494,13 @@ def classify_node(
             decisions_key: {name: decision_record(d) for name, d in decided.items()},
         }
 
-    return _Dual(classify, classify_sync, finish, f"classify:{task}")
+    def shown(state: Any) -> str | None:
+        if not router.trace_state_text:
+            return None
+        try:
+            return text(state)
+        except InvalidRequest:
+            return None
+
+    traced = _Traced(partial(decisions_annotations, "classify", task), shown)
+    return _Dual(classify, classify_sync, finish, f"classify:{task}", traced=traced)

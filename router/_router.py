@@ -8,12 +8,14 @@ number of replicas can run side by side.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 from langchain_core.messages import BaseMessage, MessageLikeRepresentation
+from opentelemetry import trace
 
 from ._answers import Answer, NoAnswer
 from ._breaker import failure_log_level
@@ -34,6 +36,7 @@ from ._escalate import ask_system2
 from ._questions import Question, State
 from ._sync import NOT_NOW, Plan, Step, _NotNow, run_async, run_sync
 from ._tasks import CheckTask, ClassifyTask, PolicySet, RouteTask, Rule, Task, TaskCommon
+from ._tracing import Attr, annotate_decision, decision_spans, now_ns, operation_span
 from ._turns import as_messages, split_turns
 from ._work import budget_s
 
@@ -107,15 +110,27 @@ class Router:
         chats: ChatSource,
         *,
         sink: DecisionSink | None = None,
+        trace_state_text: bool = False,
     ) -> None:
         self._policies = policies
         self._engines = engines
         self._chats = chats
         self._sink = sink
+        self._trace_state_text = trace_state_text
+        """Put the state text on decision spans (``Settings.tracing.state_text``); thoughts never go there."""
 
     def with_sink(self, sink: DecisionSink | None) -> Router:
         """The same router recording into ``sink`` (say, the decision log bound to one tenant)."""
-        return Router(self._policies, self._engines, self._chats, sink=sink)
+        return Router(self._policies, self._engines, self._chats, sink=sink, trace_state_text=self._trace_state_text)
+
+    @property
+    def trace_state_text(self) -> bool:
+        """Whether decision spans (and LangSmith runs) carry the state text."""
+        return self._trace_state_text
+
+    def _shown(self, state: State) -> str | None:
+        """The state text for spans when the settings opt in, else ``None``."""
+        return _state_text(state) if self._trace_state_text else None
 
     @property
     def policy(self) -> PolicySet:
@@ -309,7 +324,10 @@ class Router:
                 or it is not a conversation. Nothing is decided or recorded then.
             ConfigError: the policy has no such route task.
         """
-        return await run_async(self._route(task_name, messages, previous, incumbent))
+        with operation_span("route", task_name) as span:
+            decision = await run_async(self._route(task_name, messages, previous, incumbent))
+            annotate_decision(span, decision)
+            return decision
 
     def route_sync(
         self,
@@ -325,7 +343,10 @@ class Router:
         decision log only queues, so the common decision never waits on an event loop; System 2, a
         durable commit and engines without a sync path run on a private event loop thread.
         """
-        return run_sync(self._route(task_name, messages, previous, incumbent))
+        with operation_span("route", task_name) as span:
+            decision = run_sync(self._route(task_name, messages, previous, incumbent))
+            annotate_decision(span, decision)
+            return decision
 
     def _route(
         self,
@@ -369,6 +390,9 @@ class Router:
             if decision.escalate and decision.reason != "open_ended" and (not failed or task.on_failure == "escalate"):
                 decision = yield self._later(self._escalate(decision, task, policy, task.question, conversation))
             decision = audited(decision, task.audit_rate)
+        shown = self._shown(state)
+        if shown is not None:
+            trace.get_current_span().set_attribute(Attr.STATE_TEXT, shown)
         record = self._record([decision], state)
         if record is not None:
             yield record
@@ -405,11 +429,19 @@ class Router:
 
         In shadow mode ``incumbent`` (called with each question's name) or System 2 answers instead.
         """
-        return await run_async(self._classify(task_name, state, incumbent))
+        with operation_span("classify", task_name) as span:
+            started = now_ns()
+            decisions = await run_async(self._classify(task_name, state, incumbent))
+            decision_spans(span, list(decisions.values()), started_ns=started, state_text=self._shown(state))
+            return decisions
 
     def classify_sync(self, task_name: str, state: State, *, incumbent: Incumbent | None = None) -> dict[str, Decision]:
         """``classify`` for sync code, in the calling thread where it can be (as ``route_sync``)."""
-        return run_sync(self._classify(task_name, state, incumbent))
+        with operation_span("classify", task_name) as span:
+            started = now_ns()
+            decisions = run_sync(self._classify(task_name, state, incumbent))
+            decision_spans(span, list(decisions.values()), started_ns=started, state_text=self._shown(state))
+            return decisions
 
     def _classify(self, task_name: str, state: State, incumbent: Incumbent | None) -> Plan[dict[str, Decision]]:
         policy = self.policy
@@ -457,7 +489,11 @@ class Router:
         Raises:
             InvalidRequest: ``context`` (or its item ``context.<index>``) is not a conversation.
         """
-        return await run_async(self._check(task_name, item, context, incumbent))
+        with operation_span("check", task_name) as span:
+            started = now_ns()
+            result = await run_async(self._check(task_name, item, context, incumbent))
+            self._annotate_check(span, result, started, item)
+            return result
 
     def check_sync(
         self,
@@ -468,7 +504,30 @@ class Router:
         incumbent: Incumbent | None = None,
     ) -> CheckResult:
         """``check`` for sync code, in the calling thread where it can be (as ``route_sync``)."""
-        return run_sync(self._check(task_name, item, context, incumbent))
+        with operation_span("check", task_name) as span:
+            started = now_ns()
+            result = run_sync(self._check(task_name, item, context, incumbent))
+            self._annotate_check(span, result, started, item)
+            return result
+
+    def _annotate_check(
+        self, span: trace.Span, result: CheckResult, started_ns: int, item: str | ToolCall | Mapping[str, Any]
+    ) -> None:
+        """A check's verdict on its span, and a child span per rule's decision."""
+        if not span.is_recording():
+            return
+        decisions = list(result.decisions.values())
+        span.set_attributes(
+            {
+                Attr.VERDICT: result.verdict,
+                Attr.RULE: result.rule,
+                Attr.SYSTEM: 2 if result.system2 else 1,
+                Attr.POLICY_VERSION: result.policy_version,
+                Attr.DECISION_ID: [d.id for d in decisions],
+            }
+        )
+        # The item's text only: a tool call's arguments stay out unless the settings opt in to state text.
+        decision_spans(span, decisions, started_ns=started_ns, state_text=self._shown(check_state(item)))
 
     def _check(
         self,
@@ -588,6 +647,11 @@ def _failed(questions: Mapping[str, Question], exc: BaseException) -> dict[str, 
     timeout = isinstance(exc, (TimeoutError, EngineTimeout))
     failure = EngineFailure(message=f"System 1 {failure_summary(exc)}", timeout=timeout)
     return dict.fromkeys(questions, failure)
+
+
+def _state_text(state: State) -> str:
+    """A state as one text for a span: the text itself, or the fields as JSON."""
+    return state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, default=str)
 
 
 async def _gather(coros: Mapping[str, Coroutine[Any, Any, Decision]]) -> dict[str, Decision]:

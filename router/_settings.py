@@ -35,7 +35,9 @@ __all__ = [
     "JevSettings",
     "LearningSettings",
     "LimitsSettings",
+    "LoggingSettings",
     "LogprobSettings",
+    "MetricsSettings",
     "ModelPrice",
     "OpenAIDecisionsSettings",
     "ReviewSettings",
@@ -43,6 +45,7 @@ __all__ = [
     "Settings",
     "StoreSettings",
     "System2Settings",
+    "TracingSettings",
     "WebhookSettings",
     "get_settings",
 ]
@@ -309,6 +312,35 @@ class AuthThrottleSettings(BaseModel):
         return entries
 
 
+class MetricsSettings(BaseModel):
+    """The gauges ``fastslow serve`` refreshes from the shared decision log (docs/observability.md)."""
+
+    refresh_s: float = Field(default=60.0, gt=0)
+    """How often the log's figures per task (kept share, System-2 cost, estimated saving) are read again."""
+    window_s: float = Field(default=3600.0, gt=0)
+    """How far back those figures look; the log keeps them per hour, so the window starts on a whole hour."""
+    drift_s: float = Field(default=300.0, gt=0)
+    """How often each task with a ``fitted:`` record is compared with the log (``fastslow report drift``)."""
+    drift_since_days: float = Field(default=7.0, gt=0)
+    """The decisions the drift gauge judges: those of the last N days, as ``report drift --since-days``."""
+
+
+class TracingSettings(BaseModel):
+    """What decision spans carry beyond their figures (docs/observability.md); exporters come from ``OTEL_*``."""
+
+    state_text: bool = False
+    """Put the state text (the message, the checked text or tool call) on decision spans and LangSmith
+    runs. Off by default: spans go to third-party backends. Thoughts never go there, whatever this says."""
+
+
+class LoggingSettings(BaseModel):
+    """How ``fastslow serve`` and the commands that decide write their logs (docs/observability.md)."""
+
+    format: Literal["text", "json"] = "text"
+    """``json``: one JSON object per line with the trace, span and decision ids, so logs join traces and
+    the decision log; ``text``: uvicorn's own lines (``serve``), none configured (other commands)."""
+
+
 class Settings(BaseSettings):
     """Every knob of fastslow; build with ``get_settings()``."""
 
@@ -357,6 +389,9 @@ class Settings(BaseSettings):
     auth_throttle: AuthThrottleSettings = Field(default_factory=AuthThrottleSettings)
     reviews: ReviewSettings = Field(default_factory=ReviewSettings)
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
 
     @field_validator("engine")
     @classmethod

@@ -18,6 +18,11 @@ implements ``ChatEngine``. The kernel's types an engine takes or gives (question
 (``budget_s``, ``current_deadline``, ``current_tenant``) are here too; settings blocks are in
 ``fastslow.router.settings``.
 
+Tracing: ``TracedEngine`` / ``TracedChatEngine`` give an engine a GenAI span per call (the pool and
+the frontier registry wrap shipped engines in them), ``inject_trace_headers`` sends W3C trace
+context on an engine's own HTTP client, ``trace_event`` marks retries and the like on the current
+span, and ``TraceAttr`` / ``TraceEvent`` / ``GenAI`` name what spans carry (``TRACE_SEMCONV_VERSION``).
+
 User text reaches an engine only after ``neutralise``; model thoughts never leave an engine
 (``strip_thoughts``).
 
@@ -73,6 +78,12 @@ from ._sanitize import CONTROL_STRINGS, neutralise, neutralise_text, strip_thoug
 from ._split import AskFn, SyncAskFn, ask_whole_sync, split_and_ask
 from ._tasks import ClassifyTask, Examples, PolicySet, RouteTask, TaskCommon
 from ._timing import Deadline
+from ._traced import CallRecord, TracedChatEngine, TracedEngine, observe_calls
+from ._tracing import SEMCONV_VERSION as TRACE_SEMCONV_VERSION
+from ._tracing import Attr as TraceAttr
+from ._tracing import Event as TraceEvent
+from ._tracing import GenAI, current_span_context, inject_trace_headers, link_current, trace_headers
+from ._tracing import add_event as trace_event
 from ._wire import SystemOneRequest, parse_systemone_request, render_systemone_reply
 from ._work import (
     Abandoned,
@@ -99,6 +110,7 @@ __all__ = [
     "MAX_STATE_CHARS",
     "NOUL_OPTIONS",
     "THOUGHT_TASK",
+    "TRACE_SEMCONV_VERSION",
     "Abandoned",
     "Answer",
     "AskFn",
@@ -106,6 +118,7 @@ __all__ = [
     "BreakerEngine",
     "BreakerSnapshot",
     "BreakerState",
+    "CallRecord",
     "ChatEngine",
     "ChatResult",
     "Choice",
@@ -131,6 +144,7 @@ __all__ = [
     "FallbackChatEngine",
     "FallbackEngine",
     "FastslowError",
+    "GenAI",
     "Image",
     "InvalidRequest",
     "NoAnswer",
@@ -154,20 +168,28 @@ __all__ = [
     "ToolRunner",
     "ToolSpec",
     "ToolStep",
+    "TraceAttr",
+    "TraceEvent",
+    "TracedChatEngine",
+    "TracedEngine",
     "Usage",
     "ask_whole_sync",
     "budget_s",
     "counts_as_failure",
     "current_deadline",
+    "current_span_context",
     "current_tenant",
     "failure_log_level",
     "failure_summary",
     "gather_all",
+    "inject_trace_headers",
     "installed_engines",
+    "link_current",
     "may_retry",
     "neutralise",
     "neutralise_text",
     "normalise_distribution",
+    "observe_calls",
     "parse_systemone_request",
     "plugin_engines",
     "question_from_wire",
@@ -179,5 +201,7 @@ __all__ = [
     "settings_key",
     "split_and_ask",
     "strip_thoughts",
+    "trace_event",
+    "trace_headers",
     "validate_state",
 ]

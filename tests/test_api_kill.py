@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 from fakes.api_server import REPO, api_client, test_policy
 from fakes.databases import database_url, postgres_schema_url  # noqa: F401  (fixtures)
 from fakes.embedded import child_env
+from fakes.processes import wait_until_answering
 
 STARTUP_S = 120.0
 ACKNOWLEDGED_BEFORE_KILL = 30
@@ -75,16 +75,7 @@ def _serving(env: dict[str, str], log: Path) -> Iterator[tuple[subprocess.Popen[
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            assert process.poll() is None, log.read_text()
-            try:
-                if httpx2.get(f"{url}/readyz", timeout=1.0).status_code == 200:
-                    break
-            except httpx2.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        wait_until_answering(process, f"{url}/readyz", log=log, timeout_s=STARTUP_S)
         yield process, url
     finally:
         if process.poll() is None:

@@ -136,6 +136,9 @@ def test_the_overhead_quick_mode_measures_every_form_beside_the_peers(tmp_path: 
             if name != "bare conditional edge":
                 assert all(f"ratio_vs_{peer}" in figures for peer in peers), (mode, name)
         assert [forms[peer][f"ratio_vs_{peer}"] for peer in peers] == [1.0, 1.0]
+        # The traced node recorded its route span and its engine call span every call.
+        assert "fastslow node, traced (in-memory exporter)" in forms
+        assert report["tracing"][mode]["spans_per_call"] >= 2.0
     assert report["rss"]["decisions_last"] > report["rss"]["decisions_first"] > 0
     assert (tmp_path / "overhead.md").read_text().startswith("## Overhead per routing decision")
 

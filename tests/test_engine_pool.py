@@ -10,7 +10,7 @@ from fastslow.engines import ENGINES, EnginePool, build_engine, examples_for
 from fastslow.engines.embedded import EmbeddedEngine, EmbeddedModels, ExampleEngine, SparrowEngine
 from fastslow.engines.jev import JevEngine
 from fastslow.router import ConfigError, PolicySet, Route, RouteTask, Settings
-from fastslow.router.engine_api import BreakerEngine, CoalescingEngine, DecisionEngine
+from fastslow.router.engine_api import BreakerEngine, CoalescingEngine, DecisionEngine, TracedEngine
 from fastslow.router.settings import EmbeddedSettings, JevSettings
 
 ROUTES = {
@@ -20,9 +20,10 @@ ROUTES = {
 
 
 def _bare(engine: DecisionEngine) -> DecisionEngine:
-    """The engine inside the pool's coalescing wrapper."""
+    """The engine inside the pool's coalescing wrapper and its span wrapper."""
     assert isinstance(engine, CoalescingEngine)
-    return engine.inner
+    inner = engine.inner
+    return inner.inner if isinstance(inner, TracedEngine) else inner
 
 
 def _policy(version: str, engine: str | None = None) -> PolicySet:
@@ -52,7 +53,7 @@ async def test_network_engines_are_built_once_and_shared_across_policy_versions(
     first = pool.engine_for(None, _policy("v1"))
     # Coalescing outside the breaker, so one shared call counts once; one breaker per engine name.
     assert isinstance(first, CoalescingEngine) and isinstance(first.inner, BreakerEngine)
-    assert isinstance(first.inner.inner, JevEngine)
+    assert isinstance(first.inner.inner, TracedEngine) and isinstance(first.inner.inner.inner, JevEngine)
     assert pool.engine_for("jev", _policy("v2")) is first
     assert list(pool.breakers()) == ["jev"] and pool.breakers()["jev"].state == "closed"
     await pool.aclose()
@@ -61,7 +62,8 @@ async def test_network_engines_are_built_once_and_shared_across_policy_versions(
 def test_breakers_can_be_turned_off() -> None:
     off = EnginePool(Settings(engine="jev", jev=JevSettings(base_url="http://127.0.0.1:9"), breaker={"enabled": False}))
     engine = off.engine_for(None, _policy("v1"))
-    assert isinstance(engine, CoalescingEngine) and isinstance(engine.inner, JevEngine) and off.breakers() == {}
+    assert isinstance(engine, CoalescingEngine) and isinstance(engine.inner, TracedEngine) and off.breakers() == {}
+    assert isinstance(engine.inner.inner, JevEngine)
 
 
 @pytest.mark.slow

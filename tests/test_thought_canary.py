@@ -3,9 +3,11 @@
 Every provider fake (``fakes.canary``) puts one canary string in every thought field it
 serves. The three ready graphs run through the production path (policy YAML, the engine pool's
 ``JevEngine``, ``Frontier`` and the official SDKs reaching loopback servers through ``base_url``),
-with a SQLite checkpointer, a tool loop behind the policy gate and System-2 escalations. Afterwards
-the final states, every message, the checkpoints (read back and as raw database bytes), every
-request sent to a provider, captured logs and output, and every file written must hold no canary.
+with a SQLite checkpointer, a tool loop behind the policy gate and System-2 escalations, and
+LangChain tracing on towards a LangSmith stand-in, and OpenTelemetry spans recorded. Afterwards the
+final states, every message, the checkpoints (read back and as raw database bytes), every request
+sent to a provider, what reached LangSmith, the spans exported, captured logs and output, and every
+file written must hold no canary.
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ from fakes.canary import (
     thinking_anthropic,
     thinking_responses,
 )
+from fakes.langsmith import langsmith_standin, langsmith_tracing
 from fakes.openai_server import ScriptedServer, openai_server
+from fakes.otel import recorded_spans
+from fakes.otlp import span_texts
 from fakes.responses_server import ResponsesServer, responses_server
 
 POLICY = """
@@ -170,10 +175,12 @@ async def test_no_thought_survives_full_graph_runs(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     db = tmp_path / "checkpoints.sqlite"
-    async with _world(provider, tmp_path, monkeypatch) as (servers, router, frontier):
-        async with AsyncSqliteSaver.from_conn_string(str(db)) as saver:
-            outs = await _run_all(router, frontier, saver, sandbox)
-            checkpoints = await _checkpoints(saver)
+    # LangChain tracing on, towards a LangSmith stand-in, and OpenTelemetry spans recorded: both are scanned too.
+    with langsmith_standin() as langsmith, langsmith_tracing(langsmith), recorded_spans() as exporter:
+        async with _world(provider, tmp_path, monkeypatch) as (servers, router, frontier):
+            async with AsyncSqliteSaver.from_conn_string(str(db)) as saver:
+                outs = await _run_all(router, frontier, saver, sandbox)
+                checkpoints = await _checkpoints(saver)
 
     support, follow_up, tools, draft = outs
     # The runs did what they should: escalations, a tool loop through the gate, a rejected draft.
@@ -196,6 +203,16 @@ async def test_no_thought_survives_full_graph_runs(
         assert servers.responses.thoughts_sent and all(CANARY in t for t in servers.responses.thoughts_sent)
     if provider == "anthropic":
         assert len(servers.anthropic.requests) >= 6  # each reply had a thinking and a redacted block
+    # LangSmith got the nodes' decisions and their System-2 calls as child runs.
+    traced = langsmith.runs().values()
+    assert any((r.get("extra") or {}).get("metadata", {}).get("fastslow.decision.system") == 2 for r in traced)
+    assert any(r.get("name", "").startswith("system2 ") for r in traced)
+    # Spans of the decisions and of both systems' calls were exported; by default none holds state text.
+    spans = span_texts(exporter.get_finished_spans())
+    assert "fastslow.route support" in spans and "fastslow.decision.system=2" in spans
+    assert "gen_ai.provider.name" in spans
+    user_text = ("I need help with my order", "and the invoice too", "what's in a.txt?", "I was charged twice in May")
+    assert [text for text in user_text if text in spans] == []
 
     captured = capsys.readouterr()
     places: dict[str, str | bytes] = {
@@ -206,6 +223,8 @@ async def test_no_thought_survives_full_graph_runs(
         "requests to the responses server": json.dumps(servers.responses.requests),
         "requests to the anthropic server": json.dumps(servers.anthropic.requests),
         "requests to the structured server": b"".join(r.body for r in servers.jev.requests),
+        "what reached LangSmith": langsmith.received_bytes(),
+        "spans exported": spans,
         "logs": caplog.text,
         "output": captured.out + captured.err,
         **_files(tmp_path),

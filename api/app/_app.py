@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -20,6 +20,7 @@ from fastapi.responses import RedirectResponse
 
 from fastslow.api._compose import build_runtime
 from fastslow.api._learning import Learner
+from fastslow.api._monitor import LogMonitor
 from fastslow.api._reviews import ReviewWorker
 from fastslow.api.store import DecisionStore, database_url_for
 from fastslow.router import Settings, get_settings
@@ -85,6 +86,15 @@ def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
             await stack.enter_async_context(learner.running(poll_s=settings.learning.poll_s))
             # Expires due reviews and sends the tenants' review webhooks (docs/reviews.md).
             await stack.enter_async_context(ReviewWorker(decisions, settings.reviews).running())
+            # The shared log's figures and the drift check as gauges, refreshed in the background.
+            monitor = LogMonitor(
+                decisions,
+                metrics.log_figures,
+                settings=settings,
+                policy=lambda: runtime.store.current,
+                policy_path=runtime.policy_source.path,
+            )
+            await stack.enter_async_context(monitor.running())
             services = Services(
                 settings=settings,
                 runtime=runtime,
@@ -100,6 +110,14 @@ def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
             yield {"services": services}
 
     return lifespan
+
+
+_UNTRACED = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+def _untraced(scope: MutableMapping[str, Any]) -> bool:
+    path, root = str(scope.get("path", "")), str(scope.get("root_path", ""))
+    return (path[len(root) :] if root and path.startswith(root) else path) in _UNTRACED
 
 
 def _redirect_to(path: str) -> Callable[[Request], Awaitable[RedirectResponse]]:
@@ -130,6 +148,12 @@ def create_app(settings: Settings | None = None, *, rate_limit: RateLimit | None
         # FastAPI's own docs pages load their scripts from a CDN; install_docs serves them from the API.
         docs_url=None,
         redoc_url=None,
+        # FastAPI's own OpenTelemetry: under the global tracer provider (fastslow serve installs one when
+        # the OTEL_* variables ask), a SERVER span per request that continues the caller's W3C trace
+        # context, the decisions' spans inside it. Exporters are fastslow's to set up (configure_tracing),
+        # its telemetry logs are off (a validation error's record quotes the request), and probes and
+        # scrapes, a trace each every few seconds, are not traced.
+        telemetry={"auto_configure": False, "logs": False, "exclude": _untraced},
     )
     app.add_middleware(
         RequestGuardMiddleware, max_bytes=settings.max_body_bytes, body_timeout_s=settings.server.body_timeout_s

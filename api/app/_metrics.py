@@ -4,22 +4,136 @@ Escalation rate is a ratio of counters, as Prometheus prefers::
 
     sum by (task) (rate(fastslow_escalations_total[5m])) / sum by (task) (rate(fastslow_decisions_total[5m]))
 
+Two kinds of series. Counters and histograms count what *this replica* decided since it started:
+sum them across instances. The ``fastslow_log_*`` and ``fastslow_drift*`` gauges are figures of the
+*shared decision log* (every replica's decisions, every tenant's), which each replica reads again
+every ``metrics.refresh_s`` seconds (``fastslow.api._monitor``): every replica reports the same
+value, so take ``max`` across instances, never ``sum``.
+
 No label carries a tenant, a key or request text: label values come from the policy file (task
 names), the engine registry, or small fixed sets.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+import time
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from fastslow.router import Decision
 
-__all__ = ["ApiMetrics"]
+if TYPE_CHECKING:
+    from fastslow.api.store import LogSummary
+    from fastslow.policies.tuning import Drift
+
+__all__ = ["ApiMetrics", "LogFigures"]
 
 _BREAKER_LEVELS = {"closed": 0, "half_open": 1, "open": 2}
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_DRIFT_FIGURES = {
+    # fastslow_drift_figure{figure=...}: Drift.figures[key][part], the numbers `report drift` prints.
+    "coverage": ("coverage", "now"),
+    "coverage_fitted": ("coverage", "fitted"),
+    "kept_accuracy": ("kept_accuracy", "now"),
+    "kept_accuracy_target": ("kept_accuracy", "target"),
+    "ece": ("ece", "now"),
+    "ece_limit": ("ece", "limit"),
+}
+
+
+class LogFigures(Collector):
+    """The shared log's figures per task, as gauges: a snapshot the monitor replaces whole.
+
+    A custom collector rather than ``Gauge`` objects: a scrape sees one refresh's figures or the
+    next's, never half of each, and a task that left the window (or lost its ``fitted:`` record)
+    simply has no series, with nothing to remove label by label.
+    """
+
+    def __init__(self) -> None:
+        self._summaries: dict[str, LogSummary] = {}
+        self._refreshed: float | None = None
+        self._drift: dict[str, Drift] = {}
+        self._drift_checked: float | None = None
+
+    def set_summaries(self, summaries: Mapping[str, LogSummary]) -> None:
+        """Every task's summary of the window (tasks with no decision in it left out)."""
+        self._summaries = dict(summaries)
+        self._refreshed = time.time()
+
+    def set_drift(self, drift: Mapping[str, Drift]) -> None:
+        """Every fitted task's ``report drift`` result."""
+        self._drift = dict(drift)
+        self._drift_checked = time.time()
+
+    def collect(self) -> Iterator[Metric]:
+        summaries, drift = self._summaries, self._drift
+        decisions = GaugeMetricFamily(
+            "fastslow_log_decisions",
+            "Decisions in the shared log over the window (metrics.window_s, whole hours), every replica and tenant.",
+            labels=["task"],
+        )
+        kept = GaugeMetricFamily(
+            "fastslow_log_kept_share",
+            "Share of the window's logged decisions System 1 kept (not escalated, not sent to review); 0 to 1.",
+            labels=["task"],
+        )
+        cost = GaugeMetricFamily(
+            "fastslow_log_system2_cost_usd",
+            "What the window's logged System-2 calls cost, in US dollars (calls to priced models).",
+            labels=["task"],
+        )
+        saved = GaugeMetricFamily(
+            "fastslow_log_saved_usd",
+            "Estimated saving over the window against sending every decision to System 2: kept decisions times "
+            "the window's mean System-2 call cost (fastslow tune's definition); absent while no call was priced.",
+            labels=["task"],
+        )
+        for task, summary in sorted(summaries.items()):
+            decisions.add_metric([task], summary.decisions)
+            if summary.kept_share is not None:
+                kept.add_metric([task], summary.kept_share)
+            cost.add_metric([task], summary.system2_cost_usd)
+            if summary.saved_usd is not None:
+                saved.add_metric([task], summary.saved_usd)
+        yield from (decisions, kept, cost, saved)
+        refresh = GaugeMetricFamily(
+            "fastslow_log_refreshed_timestamp_seconds",
+            "When this replica last read the fastslow_log_* figures from the log (Unix time).",
+        )
+        if self._refreshed is not None:
+            refresh.add_metric([], self._refreshed)
+        yield refresh
+        refit = GaugeMetricFamily(
+            "fastslow_drift",
+            "fastslow report drift for each task with a fitted: record: 1 when it says refit, 0 when not.",
+            labels=["task"],
+        )
+        figures = GaugeMetricFamily(
+            "fastslow_drift_figure",
+            "The figures behind fastslow_drift: coverage (kept share) now and fitted, accuracy of kept decisions "
+            "and its target, ECE and its limit; each only when report drift could judge it.",
+            labels=["task", "figure"],
+        )
+        for task, result in sorted(drift.items()):
+            refit.add_metric([task], 1.0 if result.refit else 0.0)
+            for name, (key, part) in _DRIFT_FIGURES.items():
+                group = result.figures.get(key)
+                value = group.get(part) if isinstance(group, dict) else None
+                if isinstance(value, int | float) and math.isfinite(value):
+                    figures.add_metric([task, name], float(value))
+        yield from (refit, figures)
+        checked = GaugeMetricFamily(
+            "fastslow_drift_checked_timestamp_seconds",
+            "When this replica last ran the drift check (Unix time).",
+        )
+        if self._drift_checked is not None:
+            checked.add_metric([], self._drift_checked)
+        yield checked
 
 
 class ApiMetrics:
@@ -81,6 +195,29 @@ class ApiMetrics:
             "Engines retrained on learned examples by this replica.",
             registry=self.registry,
         )
+        self.escalation_reasons = Counter(
+            "fastslow_escalations_by_reason",
+            "Decisions System 1 did not keep, by task and reason (low_confidence, engine_error, ...; a check's "
+            "review verdict counts as reason review), as the decision log's kept share counts them.",
+            ["task", "reason"],
+            registry=self.registry,
+        )
+        self.system2_cost = Counter(
+            "fastslow_system2_cost_usd",
+            "What System-2 calls cost, in US dollars, by task (calls to models with a price in system2.prices).",
+            ["task"],
+            registry=self.registry,
+        )
+        self.decision_latency = Histogram(
+            "fastslow_decision_latency_seconds",
+            "Time to settle one task's decisions for a request (a check's rules are settled together), System 2 "
+            "included, by task and the system that settled them (2 when any of them went to System 2).",
+            ["task", "system"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.log_figures = LogFigures()
+        self.registry.register(self.log_figures)
         self.breaker_state = Gauge(
             "fastslow_engine_breaker_state",
             "Each network System-1 engine's and System-2 model's (engine=\"system2:<ref>\") circuit breaker on this "
@@ -94,15 +231,22 @@ class ApiMetrics:
         for engine, state in states.items():
             self.breaker_state.labels(engine=engine).set(_BREAKER_LEVELS[state])
 
-    def observe_decisions(self, decisions: list[Decision], *, engine: str) -> None:
-        """Count one request's decisions; ``engine`` names the engine when a failed call did not say."""
+    def observe_decisions(self, decisions: list[Decision], *, engine: str, elapsed_s: float | None = None) -> None:
+        """Count one task's decisions for a request; ``engine`` names the engine when a failed call did not
+        say; ``elapsed_s`` is how long settling them took (``fastslow_decision_latency_seconds``)."""
         calls: set[tuple[str, float]] = set()
         for decision in decisions:
             self.decisions.labels(decision.task, str(decision.system), decision.verdict or "none").inc()
             if decision.system == 2:
                 self.escalations.labels(decision.task, "system2").inc()
+                if decision.cost_usd is not None:
+                    self.system2_cost.labels(decision.task).inc(decision.cost_usd)
             elif decision.escalate:
                 self.escalations.labels(decision.task, "unresolved").inc()
+            if decision.system != 1 or decision.escalate or decision.verdict == "review":
+                # The decision log's rule (store._rollup): a review goes to a person, its own reason.
+                reason = "review" if decision.verdict == "review" else decision.reason
+                self.escalation_reasons.labels(decision.task, reason).inc()
             if decision.reason in ("engine_error", "timeout"):
                 kind = "timeout" if decision.reason == "timeout" else "error"
                 self.engine_errors.labels(decision.engine or engine, kind).inc()
@@ -112,6 +256,9 @@ class ApiMetrics:
         # same latency: observe each call once, not once per rule.
         for name, latency_ms in calls:
             self.engine_latency.labels(name).observe(latency_ms / 1000.0)
+        if elapsed_s is not None and decisions:
+            system = str(max(d.system for d in decisions))
+            self.decision_latency.labels(decisions[0].task, system).observe(elapsed_s)
 
     def observe_engine_call(self, engine: str, latency_ms: float | None, *, error: str | None = None) -> None:
         """Count a direct engine call (the Jev gateway): its latency, or its failure kind."""

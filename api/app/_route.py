@@ -6,6 +6,9 @@ the first response and records nothing (``_idempotency``).
 
 from __future__ import annotations
 
+import logging
+import time
+
 from fastapi import APIRouter, Request, Response
 
 from fastslow.api.store import IdempotentRequest
@@ -20,6 +23,7 @@ from .deps import CheckerDep, ServicesDep, TenantRouterDep
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1", tags=["routing"], route_class=StrictJsonRoute)
+log = logging.getLogger("fastslow.api")
 
 
 @router.post("/route", response_model=RouteResponse, responses={**ERROR_RESPONSES, **replayed_responses(200)})
@@ -42,9 +46,21 @@ async def route(
 
     async def work(request: IdempotentRequest | None) -> Response:
         unit = Unit(tenant_router)
+        started = time.perf_counter()
         decision = await unit.router.route(body.task, to_messages(body.messages), previous=body.previous)
-        services.metrics.observe_decisions([decision], engine=services.engine_of(body.task))
+        elapsed = time.perf_counter() - started
+        services.metrics.observe_decisions([decision], engine=services.engine_of(body.task), elapsed_s=elapsed)
         answer = RouteResponse(route=decision.outcome, system2=decision.system == 2, decision=DecisionOut.of(decision))
-        return await unit.commit(services, caller.tenant, model_response(answer), request)
+        response = await unit.commit(services, caller.tenant, model_response(answer), request)
+        # Once recorded; decision_id: JSON logs join the decision log and the trace with it.
+        log.info(
+            "route %s: %s by System %d (%s)",
+            body.task,
+            decision.outcome or "no route",
+            decision.system,
+            decision.reason,
+            extra={"decision_id": decision.id},
+        )
+        return response
 
     return await idempotent(services, caller, "route", idempotency_key, http_request, work)

@@ -88,7 +88,12 @@ class Services:
 
     def _router_for(self, tenant: str) -> Router:
         runtime = self.runtime
-        router = Router(lambda: runtime.store.current, self.engines, runtime.chats)
+        router = Router(
+            lambda: runtime.store.current,
+            self.engines,
+            runtime.chats,
+            trace_state_text=runtime.settings.tracing.state_text,
+        )
         committed = _CommittedSink(self.decisions.sink(tenant, store_state=keeps_state(router)))
         return router.with_sink(self.learner.sink(committed, tenant=tenant))
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ._base import EXIT_BAD_INPUT, EXIT_ENGINE, check_engine, fail, load_settings
+from ._observe import observed
 
 if TYPE_CHECKING:
     from fastslow.router import Settings
@@ -88,13 +89,15 @@ def decide(
     if lines:
         from ._jsonl import decide_jsonl
 
-        decide_jsonl(settings, source, concurrency)
+        with observed(settings):  # one trace per line
+            decide_jsonl(settings, source, concurrency)
         return
     from fastslow.router import ConfigError, EngineError, InvalidRequest
 
     body = _read_body(source)
     try:
-        result = asyncio.run(_decide(settings, body))
+        with observed(settings, span="fastslow decide"):
+            result = asyncio.run(_decide(settings, body))
     except InvalidRequest as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     except ConfigError as exc:

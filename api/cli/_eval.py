@@ -19,6 +19,7 @@ from ._base import (
     policy_source,
     say_policy,
 )
+from ._observe import observed
 
 __all__ = ["eval_command"]
 
@@ -121,7 +122,8 @@ def eval_command(
         fail(f"--{exc.key}: {exc.message}", EXIT_BAD_INPUT)
 
     try:
-        info = asyncio.run(evaluate(data, out, settings=settings, options=options))
+        with observed(settings):  # each row's decisions are a trace of their own (no root span)
+            info = asyncio.run(evaluate(data, out, settings=settings, options=options))
     except ConfigError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     except KeyboardInterrupt:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import typer
 
 from ._base import EXIT_BAD_INPUT, EXIT_ENGINE, fail, load_settings, read_policy, say_policy
+from ._observe import observed
 
 if TYPE_CHECKING:
     from fastslow.router import Settings
@@ -113,7 +114,8 @@ def graph_run(
         fail(f"unknown graph {name!r}; expected one of {', '.join(GRAPHS)}", EXIT_BAD_INPUT)
     settings = load_settings(None, None)
     try:
-        result = asyncio.run(_run_graph(settings, name, input))
+        with observed(settings, span=f"fastslow graph run {name}"):
+            result = asyncio.run(_run_graph(settings, name, input))
     except ConfigError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     except EngineError as exc:

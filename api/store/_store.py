@@ -421,14 +421,15 @@ class DecisionStore:
         )
 
     async def summary(
-        self, *, tenant: str, task: str | None = None, since: datetime, until: datetime | None = None
+        self, *, tenant: str | None, task: str | None = None, since: datetime, until: datetime | None = None
     ) -> LogSummary:
-        """The figures of ``tenant``'s decisions over ``[since, until)`` (``fastslow.api.store.LogSummary``)."""
+        """The figures of ``tenant``'s decisions (every tenant's when ``None``) over ``[since, until)``
+        (``fastslow.api.store.LogSummary``)."""
         return await _summary.log_summary(self._sessions, tenant=tenant, task=task, since=since, until=until or _now())
 
-    async def summary_tasks(self, *, tenant: str) -> list[str]:
-        """The tasks ``tenant`` has decisions for."""
-        return await _summary.summary_tasks(self._sessions, tenant=tenant)
+    async def summary_tasks(self, *, tenant: str | None, since: datetime | None = None) -> list[str]:
+        """The tasks ``tenant`` (every tenant when ``None``) has decisions for, since ``since``'s hour if given."""
+        return await _summary.summary_tasks(self._sessions, tenant=tenant, since=since)
 
     # -- reviews -----------------------------------------------------------------------------------
 

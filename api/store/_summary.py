@@ -4,7 +4,8 @@
 the metrics and reports that follow read them, rather than each counting the log its own way. It
 reads ``decision_rollups`` and ``latency_rollups`` (kept as decisions are written, ``_rollup``) and
 the learned examples' index, never the decisions themselves, so its cost follows the hours shown,
-not the size of the log.
+not the size of the log. ``tenant=None`` sums every tenant's: the metrics ``fastslow serve`` exports
+carry no tenant.
 
 The saving is the tuning loop's definition of cost saved (``fastslow tune``'s
 ``cost_saved_per_1000_usd``): each decision System 1 kept is a System-2 call not made, priced at
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import ColumnElement, and_, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from ._models import LatencyRollupRow, LearnedExampleRow, RollupRow
@@ -56,9 +57,9 @@ class PolicyVersionSeen:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogSummary:
-    """A tenant's decisions over ``[since, until)``, for one task or all of them."""
+    """A tenant's decisions (every tenant's when ``tenant`` is ``None``) over ``[since, until)``, one task or all."""
 
-    tenant: str
+    tenant: str | None
     task: str | None
     since: datetime
     until: datetime
@@ -111,15 +112,26 @@ def _quantile(buckets: list[tuple[int, int]], q: float) -> float:
 
 
 async def log_summary(
-    sessions: async_sessionmaker[AsyncSession], *, tenant: str, task: str | None, since: datetime, until: datetime
+    sessions: async_sessionmaker[AsyncSession],
+    *,
+    tenant: str | None,
+    task: str | None,
+    since: datetime,
+    until: datetime,
 ) -> LogSummary:
-    """The figures of ``tenant``'s decisions (``task``'s, or every task's) made in ``[since, until)``.
+    """The figures of ``tenant``'s decisions (every tenant's when ``None``; ``task``'s, or every task's)
+    made in ``[since, until)``.
 
     Hours are whole: a range that starts or ends inside an hour counts that hour whole.
     """
     since_hour = since.replace(minute=0, second=0, microsecond=0)
-    where = [RollupRow.tenant == tenant, RollupRow.hour >= since_hour, RollupRow.hour < until]
-    lwhere = [LatencyRollupRow.tenant == tenant, LatencyRollupRow.hour >= since_hour, LatencyRollupRow.hour < until]
+    where = [RollupRow.hour >= since_hour, RollupRow.hour < until]
+    lwhere = [LatencyRollupRow.hour >= since_hour, LatencyRollupRow.hour < until]
+    learned: list[ColumnElement[bool]] = []
+    if tenant is not None:
+        where.append(RollupRow.tenant == tenant)
+        lwhere.append(LatencyRollupRow.tenant == tenant)
+        learned.append(LearnedExampleRow.tenant == tenant)
     if task is not None:
         where.append(RollupRow.task == task)
         lwhere.append(LatencyRollupRow.task == task)
@@ -160,7 +172,6 @@ async def log_summary(
             .order_by(LatencyRollupRow.engine, LatencyRollupRow.bucket)
         ):
             histogram.setdefault(engine, []).append((int(bucket), int(c)))
-        learned = [LearnedExampleRow.tenant == tenant]
         if task is not None:
             learned.append(LearnedExampleRow.task == task)
         added = await session.scalar(
@@ -196,16 +207,19 @@ async def log_summary(
     )
 
 
-async def summary_tasks(sessions: async_sessionmaker[AsyncSession], *, tenant: str) -> list[str]:
-    """The tasks ``tenant`` has decisions for (from the rollups), by name."""
+async def summary_tasks(
+    sessions: async_sessionmaker[AsyncSession], *, tenant: str | None, since: datetime | None = None
+) -> list[str]:
+    """The tasks ``tenant`` (every tenant when ``None``) has decisions for (from the rollups), by name;
+    with ``since``, only those with decisions in its hour or later."""
+    where: list[ColumnElement[bool]] = [] if tenant is None else [RollupRow.tenant == tenant]
+    if since is not None:
+        where.append(RollupRow.hour >= since.replace(minute=0, second=0, microsecond=0))
     async with sessions() as session:
         return list(
             (
                 await session.scalars(
-                    select(RollupRow.task)
-                    .where(RollupRow.tenant == tenant)
-                    .group_by(RollupRow.task)
-                    .order_by(RollupRow.task)
+                    select(RollupRow.task).where(*where).group_by(RollupRow.task).order_by(RollupRow.task)
                 )
             ).all()
         )

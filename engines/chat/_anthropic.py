@@ -28,7 +28,16 @@ from langchain_core.messages import BaseMessage
 
 from fastslow.engines._sdk_errors import request_timeout
 from fastslow.router import ConfigError, EngineError, EngineProtocolError, ToolCall
-from fastslow.router.engine_api import ChatResult, Deadline, ToolRunner, ToolSpec, ToolStep, Usage, strip_thoughts
+from fastslow.router.engine_api import (
+    ChatResult,
+    Deadline,
+    ToolRunner,
+    ToolSpec,
+    ToolStep,
+    Usage,
+    strip_thoughts,
+    trace_headers,
+)
 from fastslow.router.settings import ModelPrice, System2Settings
 
 from ._anthropic_errors import anthropic_errors
@@ -261,7 +270,9 @@ class AnthropicChatEngine:
     async def _create(self, request: Mapping[str, Any], turns: list[Block], deadline: Deadline) -> Message:
         params: dict[str, Any] = {**request, "messages": turns}  # plain dicts, not the SDK's TypedDicts
         async with anthropic_errors(self.name, deadline):
-            message = await self._client.messages.create(**params, timeout=request_timeout(deadline, self.name))
+            message = await self._client.messages.create(
+                **params, timeout=request_timeout(deadline, self.name), extra_headers=trace_headers()
+            )
         if not isinstance(message, Message):
             raise EngineProtocolError(f"unexpected reply {type(message).__name__}", engine=self.name)
         return message

@@ -35,6 +35,7 @@ from fastslow.router.engine_api import (
     ChatEngine,
     CircuitBreaker,
     FallbackChatEngine,
+    TracedChatEngine,
 )
 from fastslow.router.settings import System2Settings
 
@@ -178,6 +179,8 @@ class Frontier:
         key = str(ref)
         if key not in self._engines:
             engine = _BUILDERS[ref.provider](ref, self)
+            if engine is not None:
+                engine = TracedChatEngine(engine, provider=ref.provider)
             settings = self.settings.breaker
             if engine is not None and settings.enabled:
                 breaker = self._breakers[key] = CircuitBreaker(

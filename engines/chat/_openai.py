@@ -19,7 +19,7 @@ from openai.types.chat import ChatCompletion
 
 from fastslow.engines._sdk_errors import api_key_or_deferred_error, openai_errors, request_timeout
 from fastslow.router import ConfigError, EngineError, EngineProtocolError, ToolCall
-from fastslow.router.engine_api import ChatResult, ToolSpec, Usage
+from fastslow.router.engine_api import ChatResult, ToolSpec, Usage, trace_headers
 from fastslow.router.settings import System2Settings
 
 from ._cost import call_cost
@@ -110,7 +110,7 @@ class OpenAIChatEngine(OpenAISdkEngine):
             }
         async with openai_errors(self.name, budget) as deadline:
             completion = await self._client.chat.completions.create(
-                **request, timeout=request_timeout(deadline, self.name)
+                **request, timeout=request_timeout(deadline, self.name), extra_headers=trace_headers()
             )
         try:
             return self._result(completion, structured=schema is not None)

@@ -19,7 +19,7 @@ from openai.types.responses import Response
 
 from fastslow.engines._sdk_errors import openai_errors, request_timeout
 from fastslow.router import ConfigError, EngineError, EngineProtocolError, ToolCall
-from fastslow.router.engine_api import ChatResult, ToolSpec, Usage
+from fastslow.router.engine_api import ChatResult, ToolSpec, Usage, trace_headers
 from fastslow.router.settings import System2Settings
 
 from ._cost import call_cost
@@ -91,7 +91,9 @@ class OpenAIResponsesEngine(OpenAISdkEngine):
                 "format": {"type": "json_schema", "name": "answer", "schema": dict(schema), "strict": True}
             }
         async with openai_errors(self.name, budget) as deadline:
-            response = await self._client.responses.create(**request, timeout=request_timeout(deadline, self.name))
+            response = await self._client.responses.create(
+                **request, timeout=request_timeout(deadline, self.name), extra_headers=trace_headers()
+            )
         try:
             return self._result(response, structured=schema is not None)
         except (AttributeError, TypeError, KeyError, IndexError) as exc:

@@ -25,8 +25,9 @@ from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
+from opentelemetry.trace import SpanContext
 
-from fastslow.router.engine_api import Abandoned, StopToken
+from fastslow.router.engine_api import Abandoned, StopToken, current_span_context, link_current
 
 from ._embedders import BATCH_TEXTS, SHORT_CHARS, STEP_CHARS, Embedder
 
@@ -37,7 +38,7 @@ _POLL_S = 0.05
 
 
 class _Read:
-    __slots__ = ("batch", "done", "error", "lead", "result", "stop", "texts")
+    __slots__ = ("batch", "done", "error", "lead", "link", "result", "stop", "texts")
 
     def __init__(self, texts: list[str], stop: StopToken | None) -> None:
         self.texts = texts
@@ -48,6 +49,8 @@ class _Read:
         self.batch: list[_Read] = []
         self.result: NDArray[np.float32] | None = None
         self.error: BaseException | None = None
+        self.link: SpanContext | None = None
+        """The span of the call that embedded this reader's texts with others' (its leader's trace)."""
 
 
 class _EveryoneStopped(StopToken):
@@ -112,6 +115,7 @@ class BatchingEmbedder:
                 read.lead, read.batch = True, [read]
         if not read.lead:
             self._wait(read)
+            link_current(read.link)  # embedded in another reader's batch: its span is in that reader's trace
         if read.lead:
             try:
                 self._run(read.batch)
@@ -138,6 +142,9 @@ class BatchingEmbedder:
         stop = batch[0].stop if len(batch) == 1 else _EveryoneStopped([r.stop for r in batch])
         if len(batch) > 1:
             self.batches += 1
+            shared = current_span_context()  # the leader's engine call span
+            for r in batch:
+                r.link = shared
         try:
             vectors = self.inner.embed(texts, stop=stop)
         except BaseException as exc:

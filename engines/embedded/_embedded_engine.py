@@ -65,6 +65,8 @@ class EmbeddedEngine:
     """
 
     name = "embedded"
+    gen_ai_operation = "embeddings"
+    """Its spans' ``gen_ai.operation.name``: it embeds the state and reads trained heads over the vectors."""
     limits = EngineLimits(
         max_score_levels=SparrowEngine.limits.max_score_levels, accepts_images=False, max_read_chars=CHECK_READ_CHARS
     )

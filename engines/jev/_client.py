@@ -73,6 +73,8 @@ class JevEngine:
         self.settings = settings
         self.profile: JevProfile = PROFILES[settings.profile]
         self.name = f"jev:{settings.profile}"
+        # gen_ai.provider.name on its spans: the structured profile is vLLM's structured-reads server.
+        self.provider = "vllm" if settings.profile == "structured" else settings.profile
         self.limits = self.profile.limits
         self.model: str | None = settings.model or self.profile.default_model
         self.url = settings.base_url.rstrip("/") + self.profile.path

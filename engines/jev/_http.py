@@ -29,7 +29,7 @@ import httpx2
 
 from fastslow.engines._http_limits import DEFAULT_MAX_REPLY_BYTES, limit_reply, limit_reply_sync
 from fastslow.router import EngineError, EngineHTTPError, EngineProtocolError, EngineTimeout, EngineUnavailable
-from fastslow.router.engine_api import Deadline
+from fastslow.router.engine_api import Deadline, GenAI, TraceAttr, TraceEvent, inject_trace_headers, trace_event
 from fastslow.router.engine_api import may_retry as breaker_allows_retry
 
 __all__ = [
@@ -290,6 +290,15 @@ class _Attempts:
         if pause >= self.deadline.remaining:
             raise self.last
         self.retry += 1
+        status = self.last.status if isinstance(self.last, EngineHTTPError) else None
+        trace_event(
+            TraceEvent.RETRY,
+            {
+                TraceAttr.ATTEMPT: self.retry + 1,
+                GenAI.ERROR_TYPE: str(status) if status is not None else type(self.last).__name__,
+                "fastslow.retry.pause_s": round(pause, 3),
+            },
+        )
         return pause
 
 
@@ -311,15 +320,20 @@ def _request(
     timeout_s: float,
 ) -> httpx2.Request:
     if url.is_relative_url or client.cookies or client.params:
-        return client.build_request(
+        request = client.build_request(
             "POST", url, content=content, headers=dict(headers), timeout=httpx2.Timeout(timeout_s)
         )
-    # Built here rather than by ``client.build_request``, which parses the URL and merges the
-    # client's headers again on every call: a third of a stubbed decision's time.
-    sent = headers if isinstance(headers, httpx2.Headers) else client_headers(client, headers)
-    return httpx2.Request(
-        "POST", url, content=content, headers=sent, extensions={"timeout": httpx2.Timeout(timeout_s).as_dict()}
-    )
+    else:
+        # Built here rather than by ``client.build_request``, which parses the URL and merges the
+        # client's headers again on every call: a third of a stubbed decision's time.
+        sent = headers if isinstance(headers, httpx2.Headers) else client_headers(client, headers)
+        request = httpx2.Request(
+            "POST", url, content=content, headers=sent, extensions={"timeout": httpx2.Timeout(timeout_s).as_dict()}
+        )
+    # W3C trace context of the engine call's span (the request's own copy of the headers): the
+    # trace goes on into vLLM or Jev. Nothing is added while no span is recorded.
+    inject_trace_headers(request.headers)
+    return request
 
 
 async def _exchange(

@@ -14,7 +14,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from fastslow.router import CheckTask, ConfigError, Router
-from fastslow.router.graph_api import Checked, GateChecks, refusal
+from fastslow.router.graph_api import Checked, GateChecks, annotate_run, check_annotations, current_node_run, refusal
 
 __all__ = ["GATE_KEY", "PolicyGateMiddleware", "PolicyGateState"]
 
@@ -113,7 +113,7 @@ class PolicyGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         calls, context = _pending(state["messages"], self.context)
         if not calls:
             return _cleared(state)
-        plan = self._plan(calls, [self._checks.check_sync(c, context) for c in calls])
+        plan = self._plan(calls, self._traced(calls, [self._checks.check_sync(c, context) for c in calls]))
         try:
             batch = next(plan)
             while True:
@@ -126,13 +126,21 @@ class PolicyGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         calls, context = _pending(state["messages"], self.context)
         if not calls:
             return _cleared(state)
-        plan = self._plan(calls, await self._checks.check_all(calls, context))
+        plan = self._plan(calls, self._traced(calls, await self._checks.check_all(calls, context)))
         try:
             batch = next(plan)
             while True:
                 batch = plan.send(await self._checks.check_all(batch, context))
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+    def _traced(self, calls: list[_Call], checked: list[Checked]) -> list[Checked]:
+        """``checked``, put on the hook's run when LangChain tracing is on (each check's engine calls
+        are child runs of the check's own task run)."""
+        run = current_node_run()
+        if run is not None:
+            annotate_run(run, *check_annotations(self.task, list(zip(calls, checked, strict=True))))
+        return checked
 
     def _plan(self, calls: list[_Call], checked: list[Checked]) -> _Plan:
         """Settle every call; yields edited calls to be checked, and returns the state update.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import nullcontext
 from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
@@ -10,9 +11,17 @@ from langchain.agents.middleware.types import ExtendedModelResponse, OmitFromInp
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.runtime import Runtime
+from langsmith.run_trees import RunTree
 
 from fastslow.router import ConfigError, Decision, InvalidRequest, Router, RouteTask
-from fastslow.router.graph_api import decision_record
+from fastslow.router.graph_api import (
+    TRACE_TAG,
+    annotate_run,
+    current_node_run,
+    decision_annotations,
+    decision_record,
+    posting_calls,
+)
 
 from ._thoughts import without_thoughts
 
@@ -23,6 +32,10 @@ ROUTE_KEY = "fastslow_route"
 
 FRONTIER = "frontier"
 """The ``model`` a record names when the turn went to the frontier model."""
+
+TAG = TRACE_TAG
+MODEL_KEY = "fastslow.model"
+"""LangSmith metadata on the routing hook's run: the ``models`` key (or ``frontier``) the turn goes to."""
 
 _Result = ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
 
@@ -115,26 +128,33 @@ class ModelRouterMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         turn = _new_turn(state)
         if turn is None:
             return None
+        run = current_node_run()
         try:
-            decision = self.router.route_sync(self.task, state["messages"], previous=_previous(state))
+            with posting_calls(run, state_text=_shown(self.router, state)) if run is not None else nullcontext():
+                decision = self.router.route_sync(self.task, state["messages"], previous=_previous(state))
         except InvalidRequest as exc:
             return _unreadable(turn, exc)
-        return self._record(turn, decision)
+        return self._record(turn, decision, run)
 
     async def abefore_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         del runtime
         turn = _new_turn(state)
         if turn is None:
             return None
+        run = current_node_run()
         try:
-            decision = await self.router.route(self.task, state["messages"], previous=_previous(state))
+            with posting_calls(run, state_text=_shown(self.router, state)) if run is not None else nullcontext():
+                decision = await self.router.route(self.task, state["messages"], previous=_previous(state))
         except InvalidRequest as exc:
             return _unreadable(turn, exc)
-        return self._record(turn, decision)
+        return self._record(turn, decision, run)
 
-    def _record(self, turn: str, decision: Decision) -> dict[str, Any]:
+    def _record(self, turn: str, decision: Decision, run: RunTree | None) -> dict[str, Any]:
         settled = decision.outcome is not None and decision.system == 1 and not decision.escalate
         model = decision.outcome if settled and decision.outcome in self.models else FRONTIER
+        if run is not None:  # LangChain tracing on: the decision and the model chosen on the hook's run
+            metadata, tags = decision_annotations("route", decision)
+            annotate_run(run, {**metadata, MODEL_KEY: model}, [*tags, f"{TAG}:model:{model}"])
         record = {
             "turn": turn,
             "model": model,
@@ -197,6 +217,14 @@ def _unreadable(turn: str, exc: InvalidRequest) -> dict[str, Any]:
     # to the frontier model, which can read it, rather than failing the agent. No decision is made.
     record = {"turn": turn, "model": FRONTIER, "route": None, "reason": "unreadable", "detail": exc.message}
     return {ROUTE_KEY: record}
+
+
+def _shown(router: Router, state: AgentState[Any]) -> str | None:
+    """The latest user turn's text for LangSmith child runs, only where the router opts in to state text."""
+    if not router.trace_state_text:
+        return None
+    found = _latest_human(state["messages"])
+    return found[1].text if found is not None else None
 
 
 def _previous(state: AgentState[Any]) -> str | None:

@@ -1,0 +1,160 @@
+"""The API's Prometheus series: escalations by reason, System-2 cost, decision latency, and the log's gauges.
+
+``ApiMetrics`` is driven directly with decisions (no server): each series is read back from its
+registry as Prometheus would scrape it.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from fastslow.api.app._metrics import ApiMetrics
+from fastslow.api.store import LogSummary
+from fastslow.policies.tuning import Drift
+from fastslow.router import Decision
+
+
+def a_decision(**changes: object) -> Decision:
+    fields: dict[str, object] = {
+        "task": "support",
+        "question": "support",
+        "outcome": "billing",
+        "system": 1,
+        "reason": "confident",
+        "confidence": 0.9,
+        "engine": "embedded",
+        "latency_ms": 12.0,
+    }
+    fields.update(changes)
+    return Decision(**fields)  # type: ignore[arg-type]
+
+
+def value(metrics: ApiMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def scraped(metrics: ApiMetrics) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Every sample of the rendered text, by sample name: what a scrape would read."""
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return samples
+
+
+def test_escalations_are_counted_by_reason_as_the_log_counts_them() -> None:
+    metrics = ApiMetrics()
+    metrics.observe_decisions(
+        [
+            a_decision(),  # kept: no reason counted
+            a_decision(outcome=None, reason="low_confidence", escalate=True),
+            a_decision(outcome=None, reason="low_confidence", escalate=True),
+            a_decision(reason="small_margin", system=2, outcome="technical"),
+            a_decision(outcome=None, reason="timeout", escalate=True, engine=""),
+        ],
+        engine="embedded",
+    )
+    check = [a_decision(task="tool_safety", verdict="review", outcome="review", reason="confident")]
+    metrics.observe_decisions(check, engine="embedded")
+    by_reason = "fastslow_escalations_by_reason_total"
+    assert value(metrics, by_reason, task="support", reason="low_confidence") == 2
+    assert value(metrics, by_reason, task="support", reason="small_margin") == 1
+    assert value(metrics, by_reason, task="support", reason="timeout") == 1
+    assert value(metrics, by_reason, task="support", reason="confident") is None
+    # A review goes to a person, not System 2: its own reason, as in the decision log's rollups.
+    assert value(metrics, by_reason, task="tool_safety", reason="review") == 1
+    # The older series are untouched.
+    assert value(metrics, "fastslow_escalations_total", task="support", result="unresolved") == 3
+    assert value(metrics, "fastslow_escalations_total", task="support", result="system2") == 1
+    assert value(metrics, "fastslow_engine_errors_total", engine="embedded", kind="timeout") == 1
+
+
+def test_system_2_cost_adds_up_the_priced_calls_per_task() -> None:
+    metrics = ApiMetrics()
+    metrics.observe_decisions(
+        [
+            a_decision(system=2, reason="low_confidence", cost_usd=0.0125),
+            a_decision(system=2, reason="low_confidence", cost_usd=0.0075),
+            a_decision(system=2, reason="low_confidence", cost_usd=None),  # an unpriced model: no cost
+            a_decision(cost_usd=None),
+        ],
+        engine="embedded",
+    )
+    assert value(metrics, "fastslow_system2_cost_usd_total", task="support") == pytest.approx(0.02)
+    assert value(metrics, "fastslow_system2_cost_usd_total", task="triage") is None
+
+
+def test_decision_latency_is_one_observation_per_task_call_labelled_by_the_system_that_settled_it() -> None:
+    metrics = ApiMetrics()
+    metrics.observe_decisions([a_decision()], engine="embedded", elapsed_s=0.02)
+    metrics.observe_decisions([a_decision()], engine="embedded", elapsed_s=0.2)
+    # A check whose second rule went to System 2: the caller waited for System 2.
+    rules = [a_decision(task="tool_safety"), a_decision(task="tool_safety", system=2, reason="low_confidence")]
+    metrics.observe_decisions(rules, engine="embedded", elapsed_s=1.5)
+    metrics.observe_decisions([a_decision()], engine="embedded")  # no time given: nothing observed
+    name = "fastslow_decision_latency_seconds"
+    assert value(metrics, f"{name}_count", task="support", system="1") == 2
+    assert value(metrics, f"{name}_sum", task="support", system="1") == pytest.approx(0.22)
+    assert value(metrics, f"{name}_bucket", task="support", system="1", le="0.025") == 1
+    assert value(metrics, f"{name}_count", task="tool_safety", system="2") == 1
+    assert value(metrics, f"{name}_count", task="tool_safety", system="1") is None
+    # The per-engine histogram still sees each engine call once.
+    assert value(metrics, "fastslow_engine_latency_seconds_count", engine="embedded") == 4
+
+
+def _summary(task: str, **figures: object) -> LogSummary:
+    now = datetime.now(UTC)
+    return LogSummary(tenant=None, task=task, since=now - timedelta(hours=1), until=now, **figures)  # type: ignore[arg-type]
+
+
+def test_the_log_figures_are_gauges_of_the_last_snapshot_only() -> None:
+    metrics = ApiMetrics()
+    assert "fastslow_log_kept_share" not in scraped(metrics)  # nothing read yet: no series, not zeros
+    metrics.log_figures.set_summaries(
+        {
+            "support": _summary("support", decisions=10, kept=8, system2_costed=2, system2_cost_usd=0.5),
+            "triage": _summary("triage", decisions=4, kept=1),  # no priced System-2 call: no saving
+        }
+    )
+    assert value(metrics, "fastslow_log_decisions", task="support") == 10
+    assert value(metrics, "fastslow_log_kept_share", task="support") == pytest.approx(0.8)
+    assert value(metrics, "fastslow_log_system2_cost_usd", task="support") == pytest.approx(0.5)
+    # Eight kept decisions at the window's mean of 0.25 USD per System-2 call.
+    assert value(metrics, "fastslow_log_saved_usd", task="support") == pytest.approx(2.0)
+    assert value(metrics, "fastslow_log_kept_share", task="triage") == pytest.approx(0.25)
+    assert value(metrics, "fastslow_log_saved_usd", task="triage") is None
+    assert value(metrics, "fastslow_log_refreshed_timestamp_seconds") == pytest.approx(
+        datetime.now(UTC).timestamp(), abs=60
+    )
+    # The next refresh replaces the snapshot whole: a task that left the window has no series.
+    metrics.log_figures.set_summaries({"triage": _summary("triage", decisions=2, kept=2)})
+    assert value(metrics, "fastslow_log_decisions", task="support") is None
+    assert value(metrics, "fastslow_log_kept_share", task="triage") == 1.0
+    # No label names a tenant.
+    assert all("tenant" not in labels for samples in scraped(metrics).values() for labels, _ in samples)
+
+
+def test_drift_is_one_or_zero_per_fitted_task_with_its_finite_figures() -> None:
+    metrics = ApiMetrics()
+    metrics.log_figures.set_drift(
+        {
+            "support": Drift(
+                task="support",
+                refit=True,
+                figures={"coverage": {"now": 0.9, "fitted": 0.5}, "decisions": 300, "sample": "all"},
+            ),
+            "triage": Drift(task="triage", refit=False, figures={"coverage": {"now": math.nan, "fitted": 0.7}}),
+        }
+    )
+    assert value(metrics, "fastslow_drift", task="support") == 1
+    assert value(metrics, "fastslow_drift", task="triage") == 0
+    assert value(metrics, "fastslow_drift_figure", task="support", figure="coverage") == pytest.approx(0.9)
+    assert value(metrics, "fastslow_drift_figure", task="support", figure="coverage_fitted") == pytest.approx(0.5)
+    # No decisions logged: coverage is NaN in the report, and no sample here.
+    assert value(metrics, "fastslow_drift_figure", task="triage", figure="coverage") is None
+    assert value(metrics, "fastslow_drift_figure", task="triage", figure="coverage_fitted") == pytest.approx(0.7)
+    assert value(metrics, "fastslow_drift_checked_timestamp_seconds") is not None
