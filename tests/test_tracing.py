@@ -4,18 +4,25 @@ coalesced calls (one span, linked), retries, and W3C trace context sent to Syste
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
+from langchain_core.messages import HumanMessage
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
 from opentelemetry.trace import SpanKind, StatusCode
+from pydantic import SecretStr
 
+from fastslow.engines.chat import Frontier
+from fastslow.engines.embedded._batching import BatchingEmbedder
 from fastslow.engines.jev import JevEngine
 from fastslow.router import CheckTask, EngineHTTPError, PolicySet, Question, Router, State, ToolCall
-from fastslow.router._tracing import enabled
+from fastslow.router._tracing import enabled, tracer
 from fastslow.router.engine_api import (
     TRACE_SEMCONV_VERSION,
     BreakerEngine,
@@ -31,9 +38,12 @@ from fastslow.router.engine_api import (
     TraceEvent,
     Usage,
 )
-from fastslow.router.settings import CoalesceSettings, JevSettings
+from fastslow.router.settings import CoalesceSettings, JevSettings, System2Settings
 
+from fakes.anthropic_server import anthropic_server
+from fakes.anthropic_server import text as anthropic_text
 from fakes.jev_server import Reply, running_jev_server
+from fakes.openai_server import openai_server, text
 from fakes.otel import by_name, children, recorded_spans
 from fakes.policies import three_task_policy
 from fakes.scripted import Chats, OneEngine, ScriptedChat, ScriptedEngine
@@ -280,3 +290,84 @@ async def test_with_tracing_off_no_span_is_made_and_no_trace_context_is_sent() -
     assert server.requests and all("traceparent" not in r.headers for r in server.requests)
     with recorded_spans():
         assert enabled()
+
+
+def _sent_traceparent(headers: dict[str, str], span: ReadableSpan) -> None:
+    version, trace_id, span_id, flags = headers["traceparent"].split("-")
+    assert version == "00" and int(flags, 16) & 1
+    assert (int(trace_id, 16), int(span_id, 16)) == (span.context.trace_id, span.context.span_id)
+
+
+async def test_system2_sdk_calls_carry_their_span_as_traceparent() -> None:
+    # The frontier registry wraps every System-2 engine in its span; the SDKs send that span's context.
+    with openai_server(text("hello")) as (base_url, server):
+        frontier = Frontier(System2Settings(local_base_url=base_url, max_retries=0, timeout_s=5.0))
+        engine = frontier.chat_for("local:qwen3")
+        assert engine is not None
+        try:
+            with recorded_spans() as exporter:
+                assert (await engine.complete([HumanMessage(SECRET)])).content == "hello"
+        finally:
+            await frontier.aclose()
+    call = _one(exporter.get_finished_spans(), "chat qwen3")
+    assert _attrs(call)[GenAI.PROVIDER_NAME] == "local"
+    assert (_attrs(call)[GenAI.USAGE_INPUT_TOKENS], _attrs(call)[GenAI.USAGE_OUTPUT_TOKENS]) == (11, 7)
+    _sent_traceparent(server.headers[-1], call)
+    assert "4111" not in _every_value([call])
+    with anthropic_server(anthropic_text("hello")) as (base_url, served):
+        settings = System2Settings(anthropic_base_url=base_url, anthropic_api_key=SecretStr("sk-ant"), max_retries=0)
+        frontier = Frontier(settings)
+        engine = frontier.chat_for("anthropic:claude-sonnet-4-6")
+        assert engine is not None
+        try:
+            with recorded_spans() as exporter:
+                await engine.complete([HumanMessage("hi")])
+        finally:
+            await frontier.aclose()
+    spans = exporter.get_finished_spans()
+    call = _one(spans, "chat claude-sonnet-4-6")
+    assert _attrs(call)[GenAI.PROVIDER_NAME] == "anthropic"
+    # The anthropic SDK makes a span of its own under ours (metadata only), and sends that one's context.
+    (sdk,) = children(spans, call)
+    assert sdk.instrumentation_scope is not None and sdk.instrumentation_scope.name == "com.anthropic.sdk.python"
+    _sent_traceparent(served.headers[-1], sdk)
+
+
+class _SlowEmbedder:
+    name = "slow"
+    model_id = "slow-0"
+    dim = 2
+    texts_embedded = 0
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def embed(self, texts: Sequence[str], *, stop: object = None) -> np.ndarray:
+        del stop
+        self.calls.append(len(texts))
+        time.sleep(0.2)
+        return np.ones((len(texts), 2), dtype=np.float32) / np.sqrt(2)
+
+
+async def test_readers_embedded_in_another_readers_batch_link_to_its_span() -> None:
+    inner = _SlowEmbedder()
+    batching = BatchingEmbedder(inner)
+
+    def read(name: str) -> None:
+        with tracer().start_as_current_span(name):
+            batching.embed([name])
+
+    with recorded_spans() as exporter:
+        first = threading.Thread(target=read, args=("first",))
+        first.start()
+        await asyncio.sleep(0.05)  # the model is busy with the first read: the next two wait, then go together
+        later = [threading.Thread(target=read, args=(name,)) for name in ("second", "third")]
+        for thread in later:
+            thread.start()
+            await asyncio.sleep(0.02)
+        for thread in (first, *later):
+            await asyncio.to_thread(thread.join)
+    assert inner.calls == [1, 2]
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert not spans["first"].links and not spans["second"].links  # each led its own model call
+    assert [link.context.span_id for link in spans["third"].links] == [spans["second"].context.span_id]

@@ -163,6 +163,9 @@ class AnthropicChatEngine:
             http_client=http_client,
             max_retries=settings.max_retries,  # the one retry loop is the SDK's
             timeout=settings.timeout_s,
+            # The SDK's own span (a child of fastslow's System-2 span) keeps to metadata whatever the
+            # ANTHROPIC_OPEN_TELEMETRY_* variables say: content would include thinking blocks.
+            open_telemetry={"traces": {"content_mode": "metadata_only"}},
         )
 
     @property
