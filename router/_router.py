@@ -643,7 +643,10 @@ def _failed(questions: Mapping[str, Question], exc: BaseException) -> dict[str, 
     """Every question's answer when the engine could not answer at all."""
     # The failure's own text (an upstream's error body, an internal URL) goes to the log only: the
     # decision's detail is stored, and returned to API clients.
-    log.log(failure_log_level(exc), "System 1 could not answer %s: %s", sorted(questions), exc)
+    # A timeout has no text of its own (asyncio's TimeoutError): say what kind of failure it was.
+    log.log(
+        failure_log_level(exc), "System 1 could not answer %s: %s", sorted(questions), str(exc) or failure_summary(exc)
+    )
     timeout = isinstance(exc, (TimeoutError, EngineTimeout))
     failure = EngineFailure(message=f"System 1 {failure_summary(exc)}", timeout=timeout)
     return dict.fromkeys(questions, failure)

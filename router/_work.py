@@ -197,6 +197,21 @@ class _Turns:
         self.size -= 1
         return True
 
+    def largest(self) -> str | None:
+        """The tenant with the most waiters (the first in turn among equals); ``None`` when none waits."""
+        if not self._queues:
+            return None
+        return max(self._queues, key=lambda tenant: len(self._queues[tenant]))
+
+    def pop_newest(self, tenant: str) -> object:
+        """Take ``tenant``'s most recent waiter out of the queue."""
+        queue = self._queues[tenant]
+        ticket = queue.pop()
+        if not queue:
+            del self._queues[tenant]
+        self.size -= 1
+        return ticket
+
     def next(self, after: str | None = None) -> tuple[str, object] | None:
         """The next tenant and ticket: the first tenant in turn gives its oldest waiter and goes to the back.
 
@@ -271,26 +286,26 @@ class FairLock:
 class FairGate:
     """Admission to one engine: at most ``capacity`` requests at once, ``queue`` more waiting.
 
-    Waiting requests are admitted round-robin across tenants. A request that finds the queue full,
-    or its own tenant's share of it (``tenant_queue``) taken, is refused at once with
-    ``Overloaded``: one tenant's flood fills its share, not the queue another tenant needs. One
-    whose deadline passes while it waits gets ``TimeoutError``. Per process by design: it guards
-    this process's CPU or connections.
+    Waiting requests are admitted round-robin across tenants. The queue is work-conserving: a
+    tenant alone may fill all of it. When it is full, a request of a tenant holding less of it than
+    another makes room: that other tenant's newest waiter is refused with ``Overloaded`` and this
+    one waits in its place, so every tenant's share of a full queue tends to an equal part, and one
+    tenant's flood never keeps another tenant out. A request whose tenant already holds as much as
+    any other is refused at once with ``Overloaded``. One whose deadline passes while it waits gets
+    ``TimeoutError``. Per process by design: it guards this process's CPU or connections.
 
     Args:
         name: the engine's name, for errors.
         capacity: requests admitted at once.
         queue: requests allowed to wait.
-        tenant_queue: requests one tenant may have waiting; a quarter of ``queue`` (at least 1) when omitted.
     """
 
-    def __init__(self, name: str, *, capacity: int, queue: int, tenant_queue: int | None = None) -> None:
+    def __init__(self, name: str, *, capacity: int, queue: int) -> None:
         if capacity < 1 or queue < 0:
             raise ValueError("need capacity >= 1 and queue >= 0")
         self.name = name
         self.capacity = capacity
         self.queue = queue
-        self.tenant_queue = tenant_queue if tenant_queue is not None else max(1, queue // 4)
         self.active = 0
         self._turns = _Turns()
 
@@ -318,8 +333,8 @@ class FairGate:
             self._leave(who)
 
     async def _wait(self, tenant: str, deadline: Deadline | None) -> None:
-        if self._turns.size >= self.queue or self._turns.waiting(tenant) >= self.tenant_queue:
-            raise Overloaded(self.name, queued=self._turns.size)
+        if self._turns.size >= self.queue:
+            self._make_room(tenant)
         ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._turns.add(tenant, ticket)
         try:
@@ -327,9 +342,23 @@ class FairGate:
             async with asyncio.timeout(timeout):
                 await ticket
         except BaseException:
-            if not self._turns.remove(tenant, ticket) and ticket.done() and not ticket.cancelled():
+            removed = self._turns.remove(tenant, ticket)
+            if not removed and ticket.done() and not ticket.cancelled() and ticket.exception() is None:
                 self._leave(tenant)  # admitted just as we gave up: hand the place on
             raise
+
+    def _make_room(self, tenant: str) -> None:
+        """The queue is full: refuse the newest waiter of the tenant holding most of it, or this request.
+
+        Raises:
+            Overloaded: no tenant holds more of the queue than ``tenant`` would with this request.
+        """
+        largest = self._turns.largest()
+        if largest is None or largest == tenant or self._turns.waiting(largest) <= self._turns.waiting(tenant) + 1:
+            raise Overloaded(self.name, queued=self._turns.size)
+        ticket = self._turns.pop_newest(largest)
+        assert isinstance(ticket, asyncio.Future)
+        ticket.set_exception(Overloaded(self.name, queued=self._turns.size))
 
     def _leave(self, tenant: str) -> None:
         while True:

@@ -215,7 +215,9 @@ async def test_an_engine_outage_fails_closed_or_escalates_never_500(tmp_path: Pa
     assert route.json()["decision"]["reason"] == "engine_error"
     assert _error(gateway, 503)["type"] == "engine_unavailable"
     assert ready.status_code == 503 and ready.json()["engines"] == {"jev": False}
-    assert 'fastslow_engine_errors_total{engine="jev:jev",kind="error"}' in metrics
+    # One error per engine call made (the check's one call for all its rules, the route's and the
+    # gateway's), under the engine's own name: not one per decision.
+    assert 'fastslow_engine_errors_total{engine="jev:jev",kind="error"} 3.0' in metrics
 
 
 async def test_a_store_outage_is_503_and_nothing_is_acknowledged(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from fastslow.api.app._metrics import ApiMetrics
 from fastslow.api.store import LogSummary
 from fastslow.policies.tuning import Drift
 from fastslow.router import Decision
+from fastslow.router.engine_api import CallRecord
 
 
 def a_decision(**changes: object) -> Decision:
@@ -56,10 +57,9 @@ def test_escalations_are_counted_by_reason_as_the_log_counts_them() -> None:
             a_decision(reason="small_margin", system=2, outcome="technical"),
             a_decision(outcome=None, reason="timeout", escalate=True, engine=""),
         ],
-        engine="embedded",
     )
     check = [a_decision(task="tool_safety", verdict="review", outcome="review", reason="confident")]
-    metrics.observe_decisions(check, engine="embedded")
+    metrics.observe_decisions(check)
     by_reason = "fastslow_escalations_by_reason_total"
     assert value(metrics, by_reason, task="support", reason="low_confidence") == 2
     assert value(metrics, by_reason, task="support", reason="small_margin") == 1
@@ -70,7 +70,36 @@ def test_escalations_are_counted_by_reason_as_the_log_counts_them() -> None:
     # The older series are untouched.
     assert value(metrics, "fastslow_escalations_total", task="support", result="unresolved") == 3
     assert value(metrics, "fastslow_escalations_total", task="support", result="system2") == 1
-    assert value(metrics, "fastslow_engine_errors_total", engine="embedded", kind="timeout") == 1
+    # Engine calls are counted as they are made (observe_call), not from decisions.
+    assert value(metrics, "fastslow_engine_errors_total", engine="embedded", kind="timeout") is None
+
+
+def a_call(**changes: object) -> CallRecord:
+    fields: dict[str, object] = {
+        "system": 1,
+        "engine": "jev:structured",
+        "provider": "vllm",
+        "operation": "chat",
+        "request_model": "dgemma",
+        "started_ns": 1_000_000_000,
+        "ended_ns": 1_040_000_000,
+    }
+    fields.update(changes)
+    return CallRecord(**fields)  # type: ignore[arg-type]
+
+
+def test_engine_calls_are_counted_once_each_under_the_engines_own_name() -> None:
+    metrics = ApiMetrics()
+    # Six failed calls: one error each, whatever number of rules or decisions each one answered.
+    for error in ["EngineUnavailable"] * 4 + ["EngineTimeout", "CancelledError"]:
+        metrics.observe_call(a_call(error=error))
+    metrics.observe_call(a_call())
+    metrics.observe_call(a_call(system=2, engine="openai-chat", error="EngineUnavailable"))  # System 2: not here
+    assert value(metrics, "fastslow_engine_errors_total", engine="jev:structured", kind="error") == 4
+    assert value(metrics, "fastslow_engine_errors_total", engine="jev:structured", kind="timeout") == 2
+    assert value(metrics, "fastslow_engine_errors_total", engine="openai-chat", kind="error") is None
+    assert value(metrics, "fastslow_engine_latency_seconds_count", engine="jev:structured") == 1
+    assert value(metrics, "fastslow_engine_latency_seconds_sum", engine="jev:structured") == pytest.approx(0.04)
 
 
 def test_system_2_cost_adds_up_the_priced_calls_per_task() -> None:
@@ -82,7 +111,6 @@ def test_system_2_cost_adds_up_the_priced_calls_per_task() -> None:
             a_decision(system=2, reason="low_confidence", cost_usd=None),  # an unpriced model: no cost
             a_decision(cost_usd=None),
         ],
-        engine="embedded",
     )
     assert value(metrics, "fastslow_system2_cost_usd_total", task="support") == pytest.approx(0.02)
     assert value(metrics, "fastslow_system2_cost_usd_total", task="triage") is None
@@ -90,20 +118,20 @@ def test_system_2_cost_adds_up_the_priced_calls_per_task() -> None:
 
 def test_decision_latency_is_one_observation_per_task_call_labelled_by_the_system_that_settled_it() -> None:
     metrics = ApiMetrics()
-    metrics.observe_decisions([a_decision()], engine="embedded", elapsed_s=0.02)
-    metrics.observe_decisions([a_decision()], engine="embedded", elapsed_s=0.2)
+    metrics.observe_decisions([a_decision()], elapsed_s=0.02)
+    metrics.observe_decisions([a_decision()], elapsed_s=0.2)
     # A check whose second rule went to System 2: the caller waited for System 2.
     rules = [a_decision(task="tool_safety"), a_decision(task="tool_safety", system=2, reason="low_confidence")]
-    metrics.observe_decisions(rules, engine="embedded", elapsed_s=1.5)
-    metrics.observe_decisions([a_decision()], engine="embedded")  # no time given: nothing observed
+    metrics.observe_decisions(rules, elapsed_s=1.5)
+    metrics.observe_decisions([a_decision()])  # no time given: nothing observed
     name = "fastslow_decision_latency_seconds"
     assert value(metrics, f"{name}_count", task="support", system="1") == 2
     assert value(metrics, f"{name}_sum", task="support", system="1") == pytest.approx(0.22)
     assert value(metrics, f"{name}_bucket", task="support", system="1", le="0.025") == 1
     assert value(metrics, f"{name}_count", task="tool_safety", system="2") == 1
     assert value(metrics, f"{name}_count", task="tool_safety", system="1") is None
-    # The per-engine histogram still sees each engine call once.
-    assert value(metrics, "fastslow_engine_latency_seconds_count", engine="embedded") == 4
+    # The per-engine histogram is fed by the engine calls themselves (observe_call), not by decisions.
+    assert value(metrics, "fastslow_engine_latency_seconds_count", engine="embedded") is None
 
 
 def _summary(task: str, **figures: object) -> LogSummary:

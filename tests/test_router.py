@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -117,6 +118,16 @@ async def test_engine_errors_and_timeouts_escalate_without_crashing() -> None:
     router, _ = _router(lambda *a: EngineTimeout("budget spent"), chat)
     decision = await router.route("support", [HumanMessage("refund")])
     assert (decision.reason, decision.outcome) == ("timeout", "technical")
+
+
+async def test_a_timeout_is_logged_with_its_reason(caplog: pytest.LogCaptureFixture) -> None:
+    # asyncio's TimeoutError has no text: the log line says what kind of failure it was.
+    router, _ = _router(lambda *a: TimeoutError(), None)
+    with caplog.at_level(logging.WARNING, logger="fastslow.router"):
+        decision = await router.route("support", [HumanMessage("refund")])
+    assert decision.reason == "timeout"
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "fastslow.router"]
+    assert line.endswith(": timed out"), line
 
 
 async def test_local_only_tasks_escalate_only_to_allow_listed_hosts() -> None:

@@ -130,7 +130,7 @@ def test_a_waiter_whose_token_stops_leaves_the_queue_and_the_lock_still_works() 
 
 
 async def test_fair_gate_admits_round_robin_and_refuses_beyond_its_queue() -> None:
-    gate = FairGate("embedded", capacity=1, queue=4, tenant_queue=2)
+    gate = FairGate("embedded", capacity=1, queue=4)
     order: list[str] = []
     release = asyncio.Event()
 
@@ -143,20 +143,67 @@ async def test_fair_gate_admits_round_robin_and_refuses_beyond_its_queue() -> No
     holder = asyncio.create_task(use("a", "a0", hold=True))
     await asyncio.sleep(0)
     waiters = []
-    for tenant, label in [("a", "a1"), ("a", "a2"), ("b", "b1")]:
+    for tenant, label in [("a", "a1"), ("b", "b1"), ("c", "c1"), ("d", "d1")]:
         waiters.append(asyncio.create_task(use(tenant, label)))
         await asyncio.sleep(0)
-    assert gate.active == 1 and gate.waiting == 3
-    with pytest.raises(Overloaded, match="busy"):  # tenant a's share of the queue is taken
-        await use("a", "a3")
-    waiters.append(asyncio.create_task(use("c", "c1")))
-    await asyncio.sleep(0)
-    with pytest.raises(Overloaded):  # the whole queue is taken
-        await use("d", "d1")
+    assert gate.active == 1 and gate.waiting == 4
+    with pytest.raises(Overloaded, match="busy"):  # the queue is full, and nobody holds more of it than e would
+        await use("e", "e1")
     release.set()
     await asyncio.gather(holder, *waiters)
     # Tenant a was just served (a0), so the other tenants go first.
-    assert order == ["a0", "b1", "c1", "a1", "a2"]
+    assert order == ["a0", "b1", "c1", "d1", "a1"]
+    assert gate.active == 0 and gate.waiting == 0
+
+
+async def test_a_lone_tenant_fills_the_whole_queue() -> None:
+    gate = FairGate("embedded", capacity=2, queue=8)
+    release = asyncio.Event()
+    served: list[int] = []
+
+    async def use(n: int) -> None:
+        async with gate.admit("only"):
+            await release.wait()
+            served.append(n)
+
+    tasks = [asyncio.create_task(use(n)) for n in range(10)]
+    await asyncio.sleep(0)
+    assert gate.active == 2 and gate.waiting == 8  # every slot and the whole queue, no 503
+    with pytest.raises(Overloaded):
+        await use(10)  # beyond the queue it configured
+    release.set()
+    await asyncio.gather(*tasks)
+    assert sorted(served) == list(range(10))
+
+
+async def test_a_full_queue_makes_room_for_another_tenant_at_the_floods_expense() -> None:
+    gate = FairGate("embedded", capacity=1, queue=4)
+    release = asyncio.Event()
+    outcomes: dict[str, str] = {}
+
+    async def use(tenant: str, label: str) -> None:
+        try:
+            async with gate.admit(tenant):
+                await release.wait()
+            outcomes[label] = "served"
+        except Overloaded:
+            outcomes[label] = "refused"
+
+    flood = [asyncio.create_task(use("a", f"a{n}")) for n in range(5)]  # one running, four waiting
+    await asyncio.sleep(0)
+    assert gate.waiting == 4
+    others = [asyncio.create_task(use(t, f"{t}1")) for t in ("b", "c")]
+    for _ in range(3):  # the newcomers queue, then the refused waiters' tasks run
+        await asyncio.sleep(0)
+    # Each newcomer took the place of a's newest waiter: a keeps two, b and c one each.
+    assert gate.waiting == 4 and outcomes == {"a4": "refused", "a3": "refused"}
+    with pytest.raises(Overloaded):  # b already holds as much as a would leave it
+        async with gate.admit("b"):
+            pass
+    release.set()
+    await asyncio.gather(*flood, *others)
+    assert outcomes["b1"] == outcomes["c1"] == "served"
+    assert [outcomes[f"a{n}"] for n in range(5)] == ["served", "served", "served", "refused", "refused"]
     assert gate.active == 0 and gate.waiting == 0
 
 

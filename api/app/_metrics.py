@@ -26,6 +26,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from fastslow.router import Decision
+from fastslow.router.engine_api import CallRecord
 
 if TYPE_CHECKING:
     from fastslow.api.store import LogSummary
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ApiMetrics", "LogFigures"]
 
+_TIMEOUTS = frozenset({"EngineTimeout", "TimeoutError", "CancelledError"})
+"""A call's failures (``CallRecord.error``) that are timeouts: a cancelled call was cut off at its caller's deadline."""
 _BREAKER_LEVELS = {"closed": 0, "half_open": 1, "open": 2}
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _DRIFT_FIGURES = {
@@ -231,10 +234,9 @@ class ApiMetrics:
         for engine, state in states.items():
             self.breaker_state.labels(engine=engine).set(_BREAKER_LEVELS[state])
 
-    def observe_decisions(self, decisions: list[Decision], *, engine: str, elapsed_s: float | None = None) -> None:
-        """Count one task's decisions for a request; ``engine`` names the engine when a failed call did not
-        say; ``elapsed_s`` is how long settling them took (``fastslow_decision_latency_seconds``)."""
-        calls: set[tuple[str, float]] = set()
+    def observe_decisions(self, decisions: list[Decision], *, elapsed_s: float | None = None) -> None:
+        """Count one task's decisions for a request; ``elapsed_s`` is how long settling them took
+        (``fastslow_decision_latency_seconds``). Engine calls are counted as they are made (``observe_call``)."""
         for decision in decisions:
             self.decisions.labels(decision.task, str(decision.system), decision.verdict or "none").inc()
             if decision.system == 2:
@@ -247,18 +249,24 @@ class ApiMetrics:
                 # The decision log's rule (store._rollup): a review goes to a person, its own reason.
                 reason = "review" if decision.verdict == "review" else decision.reason
                 self.escalation_reasons.labels(decision.task, reason).inc()
-            if decision.reason in ("engine_error", "timeout"):
-                kind = "timeout" if decision.reason == "timeout" else "error"
-                self.engine_errors.labels(decision.engine or engine, kind).inc()
-            elif decision.engine:
-                calls.add((decision.engine, decision.latency_ms))
-        # One engine call answers all the questions of a task, and each of its decisions carries the
-        # same latency: observe each call once, not once per rule.
-        for name, latency_ms in calls:
-            self.engine_latency.labels(name).observe(latency_ms / 1000.0)
         if elapsed_s is not None and decisions:
             system = str(max(d.system for d in decisions))
             self.decision_latency.labels(decisions[0].task, system).observe(elapsed_s)
+
+    def observe_call(self, call: CallRecord) -> None:
+        """Count one System-1 engine call as it was made (``observe_calls``): its latency, or its failure.
+
+        One call answers every question of a task, whichever rules or callers share it (coalescing
+        reports a shared call once), so a failed call is one error, not one per decision; a call a
+        breaker refused was never made and counts nowhere here (``fastslow_engine_breaker_state``).
+        """
+        if call.system != 1:
+            return
+        if call.error:
+            kind = "timeout" if call.error in _TIMEOUTS else "error"
+            self.engine_errors.labels(call.engine, kind).inc()
+        else:
+            self.engine_latency.labels(call.engine).observe((call.ended_ns - call.started_ns) / 1e9)
 
     def observe_engine_call(self, engine: str, latency_ms: float | None, *, error: str | None = None) -> None:
         """Count a direct engine call (the Jev gateway): its latency, or its failure kind."""

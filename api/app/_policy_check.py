@@ -23,6 +23,7 @@ from sqlalchemy import Table
 
 from fastslow.api.store import IdempotentRequest, ReviewDraft
 from fastslow.router import CheckResult, PolicySet, Router, ToolCall
+from fastslow.router.engine_api import observe_calls
 from fastslow.router.settings import LimitsSettings
 
 from ._errors import ERROR_RESPONSES, ApiError
@@ -170,9 +171,11 @@ async def _check(
     context = to_messages(body.context)
 
     async def timed(name: str) -> tuple[CheckResult, float]:
-        # Each task's own time (fastslow_decision_latency_seconds), also when several run at once.
+        # Each task's own time (fastslow_decision_latency_seconds), also when several run at once;
+        # each engine call it makes is counted as it is made (fastslow_engine_*).
         started = time.perf_counter()
-        result = await tenant_router.check(name, item, context=context)
+        with observe_calls(services.metrics.observe_call):
+            result = await tenant_router.check(name, item, context=context)
         return result, time.perf_counter() - started
 
     if len(names) == 1:  # the common call: no tasks to gather
@@ -181,9 +184,7 @@ async def _check(
         timings = list(await asyncio.gather(*(timed(n) for n in names)))
     results = [result for result, _ in timings]
     for result, elapsed in timings:
-        services.metrics.observe_decisions(
-            list(result.decisions.values()), engine=services.engine_of(result.task), elapsed_s=elapsed
-        )
+        services.metrics.observe_decisions(list(result.decisions.values()), elapsed_s=elapsed)
     response = _response(results)
     if response.verdict == "review":
         response.review_id = _open_review(services, tenant, body, _combine(results), extra)

@@ -12,6 +12,7 @@ import time
 from fastapi import APIRouter, Request, Response
 
 from fastslow.api.store import IdempotentRequest
+from fastslow.router.engine_api import observe_calls
 
 from ._errors import ERROR_RESPONSES, ApiError
 from ._idempotency import IdempotencyKey, Unit, idempotent, replayed_responses
@@ -47,9 +48,10 @@ async def route(
     async def work(request: IdempotentRequest | None) -> Response:
         unit = Unit(tenant_router)
         started = time.perf_counter()
-        decision = await unit.router.route(body.task, to_messages(body.messages), previous=body.previous)
+        with observe_calls(services.metrics.observe_call):  # each engine call counted as it is made
+            decision = await unit.router.route(body.task, to_messages(body.messages), previous=body.previous)
         elapsed = time.perf_counter() - started
-        services.metrics.observe_decisions([decision], engine=services.engine_of(body.task), elapsed_s=elapsed)
+        services.metrics.observe_decisions([decision], elapsed_s=elapsed)
         answer = RouteResponse(route=decision.outcome, system2=decision.system == 2, decision=DecisionOut.of(decision))
         response = await unit.commit(services, caller.tenant, model_response(answer), request)
         # Once recorded; decision_id: JSON logs join the decision log and the trace with it.

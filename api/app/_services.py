@@ -104,8 +104,3 @@ class Services:
         except (SQLAlchemyError, OSError) as exc:
             raise StoreUnavailable() from exc
         return record is not None and record.revoked
-
-    def engine_of(self, task: str) -> str:
-        """The System-1 engine ``task`` runs on (labels the metrics of calls that failed unnamed)."""
-        found = self.runtime.router.policy.tasks.get(task)
-        return (found.engine if found is not None else None) or self.settings.engine
