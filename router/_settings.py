@@ -194,6 +194,17 @@ class LimitsSettings(BaseModel):
     """Requests using one network engine (jev, openai-decisions, logprob, a plugin's) at once, per process."""
     engine_queue: int = Field(default=64, ge=0)
     """Requests waiting for an engine, per engine and process; beyond it the answer is 503."""
+    tenant_weights: dict[str, float] = Field(default_factory=dict)
+    """Tenant -> weight of its share of each engine (1 when not named): a tenant of weight 2 gets
+    twice the engine time of one of weight 1 while both wait. Per process, as the gates are."""
+
+    @field_validator("tenant_weights")
+    @classmethod
+    def _positive_weights(cls, weights: dict[str, float]) -> dict[str, float]:
+        bad = sorted(tenant for tenant, weight in weights.items() if not weight > 0)
+        if bad:
+            raise ValueError(f"weights must be above 0: {', '.join(bad)}")
+        return weights
 
 
 class LearningSettings(BaseModel):

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -212,6 +213,22 @@ class _Turns:
         self.size -= 1
         return ticket
 
+    def next_least(self, key: Callable[[str], float]) -> tuple[str, object] | None:
+        """The oldest waiter of the tenant with the least ``key`` (the first to wait among equals)."""
+        if not self._queues:
+            return None
+        tenant = min(self._queues, key=key)
+        queue = self._queues[tenant]
+        ticket = queue.popleft()
+        if not queue:
+            del self._queues[tenant]
+        self.size -= 1
+        return tenant, ticket
+
+    def tenants(self) -> Iterable[str]:
+        """The tenants with waiters."""
+        return self._queues.keys()
+
     def next(self, after: str | None = None) -> tuple[str, object] | None:
         """The next tenant and ticket: the first tenant in turn gives its oldest waiter and goes to the back.
 
@@ -286,7 +303,13 @@ class FairLock:
 class FairGate:
     """Admission to one engine: at most ``capacity`` requests at once, ``queue`` more waiting.
 
-    Waiting requests are admitted round-robin across tenants. The queue is work-conserving: a
+    Waiting requests are admitted by the engine time each tenant has used: a freed place goes to
+    the waiting tenant that has held the engine least since the gate was last idle, over its
+    weight (``weights``, 1 when not named), so a tenant whose requests are costly gets fewer turns
+    than one whose requests are cheap, rather than one turn each (a fair queue over measured work,
+    as deficit round robin is over declared sizes). A tenant that starts waiting is counted from the
+    least work among those waiting, so it neither jumps a long history nor pays for one. The queue
+    is work-conserving: a
     tenant alone may fill all of it. When it is full, a request of a tenant holding less of it than
     another makes room: that other tenant's newest waiter is refused with ``Overloaded`` and this
     one waits in its place, so every tenant's share of a full queue tends to an equal part, and one
@@ -298,16 +321,20 @@ class FairGate:
         name: the engine's name, for errors.
         capacity: requests admitted at once.
         queue: requests allowed to wait.
+        weights: tenant -> weight of its share (``LimitsSettings.tenant_weights``).
     """
 
-    def __init__(self, name: str, *, capacity: int, queue: int) -> None:
+    def __init__(self, name: str, *, capacity: int, queue: int, weights: Mapping[str, float] | None = None) -> None:
         if capacity < 1 or queue < 0:
             raise ValueError("need capacity >= 1 and queue >= 0")
         self.name = name
         self.capacity = capacity
         self.queue = queue
+        self.weights = dict(weights or {})
         self.active = 0
         self._turns = _Turns()
+        self._work: dict[str, float] = {}
+        """Seconds each tenant held the engine since the gate was last idle, over its weight."""
 
     @property
     def waiting(self) -> int:
@@ -327,15 +354,21 @@ class FairGate:
             self.active += 1
         else:
             await self._wait(who, deadline)
+        started = time.monotonic()
         try:
             yield
         finally:
-            self._leave(who)
+            held = time.monotonic() - started
+            self._work[who] = self._work.get(who, 0.0) + held / self.weights.get(who, 1.0)
+            self._leave()
 
     async def _wait(self, tenant: str, deadline: Deadline | None) -> None:
         if self._turns.size >= self.queue:
             self._make_room(tenant)
         ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if tenant not in self._work:
+            waiting = [self._work.get(t, 0.0) for t in self._turns.tenants()]
+            self._work[tenant] = min(waiting, default=0.0)
         self._turns.add(tenant, ticket)
         try:
             timeout = deadline.remaining if deadline is not None else None
@@ -344,8 +377,11 @@ class FairGate:
         except BaseException:
             removed = self._turns.remove(tenant, ticket)
             if not removed and ticket.done() and not ticket.cancelled() and ticket.exception() is None:
-                self._leave(tenant)  # admitted just as we gave up: hand the place on
+                self._leave()  # admitted just as we gave up: hand the place on
             raise
+
+    def _work_of(self, tenant: str) -> float:
+        return self._work.get(tenant, 0.0)
 
     def _make_room(self, tenant: str) -> None:
         """The queue is full: refuse the newest waiter of the tenant holding most of it, or this request.
@@ -360,11 +396,14 @@ class FairGate:
         assert isinstance(ticket, asyncio.Future)
         ticket.set_exception(Overloaded(self.name, queued=self._turns.size))
 
-    def _leave(self, tenant: str) -> None:
+    def _leave(self) -> None:
+        """Hand a freed place to the next waiter (by work done, not by who freed it), or free it."""
         while True:
-            turn = self._turns.next(after=tenant)
+            turn = self._turns.next_least(self._work_of)
             if turn is None:
                 self.active -= 1
+                if self.active == 0:
+                    self._work.clear()  # idle: the next busy spell starts with no history
                 return
             ticket = turn[1]
             assert isinstance(ticket, asyncio.Future)

@@ -8,7 +8,9 @@ import threading
 import time
 
 import pytest
+from pydantic import ValidationError
 
+import fastslow.router._work as work_module
 from fastslow.router import Overloaded, request_scope
 from fastslow.router.engine_api import (
     Abandoned,
@@ -21,6 +23,7 @@ from fastslow.router.engine_api import (
     current_tenant,
     run_blocking,
 )
+from fastslow.router.settings import LimitsSettings
 
 
 def _wait_for(condition: object, timeout: float = 10.0) -> None:
@@ -207,6 +210,58 @@ async def test_a_full_queue_makes_room_for_another_tenant_at_the_floods_expense(
     assert gate.active == 0 and gate.waiting == 0
 
 
+class _Clock:
+    """``time`` for the gate: its ``monotonic()`` moves only when a test says, so engine time is exact."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    fake = _Clock()
+    monkeypatch.setattr(work_module, "time", fake)
+    return fake
+
+
+async def _use(gate: FairGate, clock: _Clock, order: list[str], tenant: str, label: str, held_s: float) -> None:
+    async with gate.admit(tenant):
+        order.append(label)
+        for _ in range(5):  # the others queue meanwhile
+            await asyncio.sleep(0)
+        clock.now += held_s
+
+
+async def test_a_tenant_whose_requests_cost_more_gets_fewer_turns(clock: _Clock) -> None:
+    # One place: tenant a's requests hold the engine 30 s each, b's 1 s. With a turn each, b would
+    # wait for every one of a's; by engine time used, b's requests go first while a has used more.
+    gate = FairGate("embedded", capacity=1, queue=8)
+    order: list[str] = []
+    tasks = [asyncio.create_task(_use(gate, clock, order, "a", f"a{n}", 30.0)) for n in range(3)]
+    await asyncio.sleep(0)
+    tasks += [asyncio.create_task(_use(gate, clock, order, "b", f"b{n}", 1.0)) for n in range(3)]
+    await asyncio.gather(*tasks)
+    assert order == ["a0", "b0", "b1", "b2", "a1", "a2"]
+    assert gate.active == 0 and gate.waiting == 0
+
+
+async def test_a_tenants_weight_scales_its_share_of_engine_time(clock: _Clock) -> None:
+    # Equal requests of 10 s; tenant a's weight of 4 counts each of its requests as 2.5 s of its share.
+    gate = FairGate("embedded", capacity=1, queue=16, weights={"a": 4.0})
+    order: list[str] = []
+    first = asyncio.create_task(_use(gate, clock, order, "b", "b0", 10.0))
+    await asyncio.sleep(0)
+    tasks = [asyncio.create_task(_use(gate, clock, order, "a", f"a{n}", 10.0)) for n in range(5)]
+    tasks += [asyncio.create_task(_use(gate, clock, order, "b", f"b{n}", 10.0)) for n in range(1, 3)]
+    await asyncio.gather(first, *tasks)
+    # b has used 10 s; a's first four come to 10 s of its share, and a tie goes to the tenant that
+    # has waited longest (a), so a runs five times for b's one, then b's last.
+    assert order == ["b0", "a0", "a1", "a2", "a3", "a4", "b1", "b2"]
+
+
 async def test_fair_gate_wait_ends_at_the_deadline_without_losing_the_place() -> None:
     gate = FairGate("jev", capacity=1, queue=2)
     release = asyncio.Event()
@@ -226,3 +281,9 @@ async def test_fair_gate_wait_ends_at_the_deadline_without_losing_the_place() ->
     async with gate.admit("b"):
         assert gate.active == 1
     assert gate.active == 0
+
+
+def test_a_tenant_weight_must_be_above_zero() -> None:
+    with pytest.raises(ValidationError, match="weights must be above 0: acme"):
+        LimitsSettings(tenant_weights={"acme": 0.0, "beta": 2.0})
+    assert LimitsSettings(tenant_weights={"beta": 2.0}).tenant_weights == {"beta": 2.0}

@@ -80,7 +80,9 @@ class GatedEngines:
         if gate is None:
             local = engine in LOCAL_ENGINES
             capacity = self._limits.local_engine_concurrency if local else self._limits.remote_engine_concurrency
-            gate = self._gates[engine] = FairGate(engine, capacity=capacity, queue=self._limits.engine_queue)
+            gate = self._gates[engine] = FairGate(
+                engine, capacity=capacity, queue=self._limits.engine_queue, weights=self._limits.tenant_weights
+            )
         return gate
 
     def engine_for(self, name: str | None, policy: PolicySet) -> DecisionEngine:
