@@ -8,13 +8,12 @@ a retry gets the first response (``_idempotency``).
 from __future__ import annotations
 
 import logging
-import re
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
 from sqlalchemy.exc import SQLAlchemyError
 
-from fastslow.api.store import IdempotentRequest, StoredDecision, StoredOutcome
+from fastslow.api.store import IdempotentRequest, StoredDecision, StoredOutcome, possible_id
 
 from ._errors import ERROR_RESPONSES, ApiError, ErrorBody, StoreUnavailable
 from ._idempotency import IdempotencyKey, idempotent, replayed_responses
@@ -32,14 +31,6 @@ router = APIRouter(prefix="/v1/decisions", tags=["decisions"], route_class=Stric
 DecisionId = Annotated[str, Path(min_length=1, max_length=64, description="The decision's id.")]
 _RESPONSES = {**ERROR_RESPONSES, 404: {"model": ErrorBody, "description": "No decision with this id for this key."}}
 _VERDICTS = frozenset({"allow", "review", "deny"})
-_ID = re.compile(r"[0-9a-f]{32}")
-"""The shape of every decision id the log holds: ``uuid4().hex``, as ``Decision`` makes them."""
-
-
-def _possible(decision_id: str) -> bool:
-    # An id of another shape cannot be in the log, so it is a 404 without a query: no database
-    # sees a NUL (which PostgreSQL refuses, failing the whole request) or any other odd character.
-    return _ID.fullmatch(decision_id) is not None
 
 
 def _not_found(decision_id: str) -> ApiError:
@@ -59,7 +50,7 @@ def _check_label(decision: StoredDecision, label: str) -> None:
 @router.get("/{decision_id}", response_model=StoredDecisionOut, responses=_RESPONSES)
 async def get_decision(decision_id: DecisionId, services: ServicesDep, caller: ReaderDep) -> StoredDecisionOut:
     """A decision with its calibrated answers."""
-    if not _possible(decision_id):
+    if not possible_id(decision_id):
         raise _not_found(decision_id)
     try:
         decision = await services.decisions.get(decision_id, tenant=caller.tenant)
@@ -85,7 +76,7 @@ async def record_outcome(
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Record what turned out to be right: the true label, whether System 2 was right, or both."""
-    if not _possible(decision_id):
+    if not possible_id(decision_id):
         raise _not_found(decision_id)
     if body.label is None and body.system2_correct is None:
         raise ApiError(422, "give label, system2_correct, or both", field="label")

@@ -16,7 +16,6 @@ paused graph carries ``resume``, the exact value that graph's gate takes (docs/r
 from __future__ import annotations
 
 import logging
-import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -25,7 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import SQLAlchemyError
 
-from fastslow.api.store import Review, ReviewStatus, Settled
+from fastslow.api.store import Review, ReviewStatus, Settled, possible_id
 from fastslow.router import resume_value
 
 from ._errors import ERROR_RESPONSES, ApiError, ErrorBody, ErrorDetail, StoreUnavailable
@@ -42,8 +41,6 @@ router = APIRouter(prefix="/v1/reviews", tags=["reviews"], route_class=StrictJso
 MAX_NOTE_CHARS = 4_000
 MAX_PAGE = 200
 MAX_OFFSET = 1_000_000
-_ID = re.compile(r"[0-9a-f]{32}")
-"""The shape of every review id: ``uuid4().hex``."""
 
 
 class ReviewOut(BaseModel):
@@ -161,7 +158,7 @@ async def list_reviews(
 @router.get("/{review_id}", response_model=ReviewOut, responses={**ERROR_RESPONSES, **_FORBIDDEN, **_NOT_FOUND})
 async def get_review(review_id: ReviewId, services: ServicesDep, caller: ReviewReaderDep) -> Response:
     """A review's state: pending, allowed, denied or expired, who settled it and when."""
-    if _ID.fullmatch(review_id) is None:  # no such id can exist: no query
+    if not possible_id(review_id):  # no such id can exist: no query
         raise _not_found(review_id)
     try:
         review = await services.decisions.get_review(review_id, tenant=caller.tenant)
@@ -184,7 +181,7 @@ async def settle_review(
     label stay); a different verdict is a 409 carrying the first settlement. ``label`` is recorded
     as the rule's outcome only by the request that settles the review.
     """
-    if _ID.fullmatch(review_id) is None:
+    if not possible_id(review_id):
         raise _not_found(review_id)
     settled = await settle(
         services,

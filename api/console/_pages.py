@@ -12,7 +12,6 @@ the review queue's index), and the overview reads the hourly rollups, never the 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal, get_args
@@ -31,7 +30,7 @@ from fastslow.api.app._errors import ApiError, StoreUnavailable
 from fastslow.api.app._schemas import OutcomeRequest
 from fastslow.api.app._throttle import client_address
 from fastslow.api.app.deps import Caller
-from fastslow.api.store import DecisionFilter, Review, Settled, StoredDecision
+from fastslow.api.store import DecisionFilter, Review, Settled, StoredDecision, possible_id
 from fastslow.router import Reason, Settings
 
 from ._auth import (
@@ -53,8 +52,6 @@ from ._figures import calibration_page, decision_page, overview_page, review_sub
 __all__ = ["CONSOLE_URL", "STATIC_URL", "Console", "ConsoleExit", "install_console"]
 
 STATIC_URL = f"{CONSOLE_URL}/static"
-_ID = re.compile(r"[0-9a-f]{32}")
-"""Decision and review ids are ``uuid4().hex``: any other shape is a 404 without a query."""
 RANGES: dict[str, tuple[timedelta, int]] = {
     "24h": (timedelta(hours=24), 1),
     "7d": (timedelta(days=7), 3),
@@ -269,7 +266,7 @@ async def decisions(request: Request) -> Response:
 
 async def _decision_or_404(request: Request, console: Console, session: Session, decision_id: str) -> StoredDecision:
     found = None
-    if _ID.fullmatch(decision_id):
+    if possible_id(decision_id):
         found = await services_of(request).decisions.get(decision_id, tenant=session.tenant)
     if found is None:
         message = "This tenant has no decision with that id."
@@ -362,7 +359,7 @@ async def reviews(request: Request) -> Response:
 
 async def _review_or_404(request: Request, console: Console, session: Session, review_id: str) -> Review:
     found = None
-    if _ID.fullmatch(review_id):
+    if possible_id(review_id):
         found = await services_of(request).decisions.get_review(review_id, tenant=session.tenant)
     if found is None:
         message = "This tenant has no review with that id."

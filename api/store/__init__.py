@@ -20,7 +20,17 @@ from ._reviews import ReviewDraft, Settled, review_event_body
 from ._rollup import rollups_of
 from ._store import DecisionStore
 from ._summary import HourFigures, LatencyFigures, LogSummary, PolicyVersionSeen
-from ._values import DEFAULT_SCOPES, SCOPES, ApiKey, Review, ReviewStatus, Scope, StoredDecision, StoredOutcome
+from ._values import (
+    DEFAULT_SCOPES,
+    SCOPES,
+    ApiKey,
+    Review,
+    ReviewStatus,
+    Scope,
+    StoredDecision,
+    StoredOutcome,
+    possible_id,
+)
 from ._writer import DecisionWriter, Record, WriterClosed
 
 __all__ = [
@@ -62,6 +72,7 @@ __all__ = [
     "WriterClosed",
     "database_url_for",
     "hash_key",
+    "possible_id",
     "request_hash",
     "retention_cutoff",
     "review_event_body",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -9,7 +10,17 @@ from typing import Literal
 
 from fastslow.router import Decision, Reason, System, Verdict
 
-__all__ = ["DEFAULT_SCOPES", "SCOPES", "ApiKey", "Review", "ReviewStatus", "Scope", "StoredDecision", "StoredOutcome"]
+__all__ = [
+    "DEFAULT_SCOPES",
+    "SCOPES",
+    "ApiKey",
+    "Review",
+    "ReviewStatus",
+    "Scope",
+    "StoredDecision",
+    "StoredOutcome",
+    "possible_id",
+]
 
 Scope = Literal["check", "review", "read"]
 SCOPES: tuple[Scope, ...] = ("check", "review", "read")
@@ -19,6 +30,18 @@ DEFAULT_SCOPES: frozenset[Scope] = frozenset({"check", "read"})
 """What every key could do before scopes existed, and what a key gets unless told otherwise."""
 
 ReviewStatus = Literal["pending", "allowed", "denied", "expired"]
+
+_ID = re.compile(r"[0-9a-f]{32}")
+"""The shape of every decision and review id the log holds: ``uuid4().hex``."""
+
+
+def possible_id(value: str) -> bool:
+    """Whether ``value`` has the shape of a decision or review id (``uuid4().hex``).
+
+    An id of another shape cannot be in the log: callers answer 404 without a query, so no
+    database sees a NUL (which PostgreSQL refuses, failing the whole request) or any odd character.
+    """
+    return _ID.fullmatch(value) is not None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
