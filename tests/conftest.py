@@ -13,13 +13,16 @@ import ipaddress
 import os
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from fastslow.router import get_settings
+
+if TYPE_CHECKING:
+    from fastslow.api.store import DecisionStore
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("FASTSLOW_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
@@ -194,6 +197,18 @@ def _embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
     with pytest.MonkeyPatch.context() as session_env:
         session_env.setenv("FASTSLOW_EMBEDDED__CACHE_DIR", str(cache))
         yield cache
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[DecisionStore]:
+    """The decision log, migrated, on the empty database of the module's ``database_url``.
+
+    For modules that import ``database_url`` from ``fakes.databases``: one definition for every store test.
+    """
+    from fastslow.api.store import DecisionStore  # here: the unit tier never loads the store
+
+    async with await DecisionStore.open(database_url) as opened:
+        yield opened
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@ reads, time buckets, and SVG that draws every name as text."""
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -160,15 +160,6 @@ async def test_a_checks_verdict_label_says_whether_its_rule_was_violated() -> No
     figures = await calibration_figures(FakeLog(pairs), SAFETY, tenant="acme")
     # deny means the rule was violated: right where P(yes) was 0.9, wrong where System 1 said no at 0.8.
     assert figures.labelled == 30 and figures.accuracy == pytest.approx(20 / 30)
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[DecisionStore]:  # noqa: F811
-    opened = await DecisionStore.open(database_url)
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
 
 
 async def test_the_console_log_counts_from_the_rollups_and_bounds_its_reads(store: DecisionStore) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -59,15 +58,6 @@ def a_decision(*, kept: bool, task: str = "support", **changes: object) -> Decis
     }
     fields.update(changes)
     return Decision(**fields)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[DecisionStore]:  # noqa: F811
-    opened = await DecisionStore.open(database_url)
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
 
 
 def monitor_for(store: DecisionStore, url: str, policy: Path, metrics: ApiMetrics, **every: float) -> LogMonitor:

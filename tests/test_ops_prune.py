@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -64,15 +63,6 @@ async def counts(store: DecisionStore) -> dict[str, int]:
 async def ids(store: DecisionStore) -> set[str]:
     async with store.engine.connect() as connection:
         return set((await connection.scalars(select(DecisionRow.id))).all())
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[DecisionStore]:  # noqa: F811
-    opened = await DecisionStore.open(database_url)
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
 
 
 async def test_decisions_before_the_cut_go_with_their_answers_and_outcomes(store: DecisionStore) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -19,15 +18,6 @@ from fakes.databases import database_url, postgres_schema_url  # noqa: F401  (fi
 
 NOW = 1_800_000_000.0
 """A moment at the start of a 60 s window."""
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[DecisionStore]:  # noqa: F811
-    opened = await DecisionStore.open(database_url)
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
 
 
 async def _allowed(limiter: RateLimiter, key: str, count: int, *, now: float = NOW) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -43,12 +43,6 @@ def _draft(tenant: str = "acme") -> ReviewDraft:
 def hook() -> Iterator[WebhookReceiver]:
     with webhook_receiver() as receiver:
         yield receiver
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[DecisionStore]:  # noqa: F811
-    async with await DecisionStore.open(database_url) as opened:
-        yield opened
 
 
 def _settings(hook: WebhookReceiver, **changes: Any) -> ReviewSettings:

@@ -4,7 +4,6 @@ settled value and the reviewed call runs (or is refused); the ``create_agent`` m
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -39,12 +38,6 @@ def shell(command: str) -> str:
 @pytest.fixture(autouse=True)
 def _clear_ran() -> None:
     ran.clear()
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[DecisionStore]:  # noqa: F811
-    async with await DecisionStore.open(database_url) as opened:
-        yield opened
 
 
 def _router(store: DecisionStore) -> tuple[Router, ScriptedEngine]:

@@ -9,7 +9,6 @@ import sqlite3
 import subprocess
 import sys
 import sysconfig
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -49,15 +48,6 @@ def a_decision(**changes: object) -> Decision:
     }
     fields.update(changes)
     return Decision(**fields)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[DecisionStore]:  # noqa: F811
-    opened = await DecisionStore.open(database_url)
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
 
 
 def raw_bytes(url: str) -> bytes:

@@ -3,7 +3,6 @@ built from them, keyset pages of decisions, and migration 0006 both ways (with i
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -36,15 +35,6 @@ def a_decision(**changes: object) -> Decision:
     }
     fields.update(changes)
     return Decision(**fields)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[DecisionStore]:  # noqa: F811
-    opened = await DecisionStore.open(database_url)
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
 
 
 def test_latency_buckets_hold_their_values_within_twenty_percent() -> None:

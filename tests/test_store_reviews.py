@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
@@ -32,12 +30,6 @@ def _draft(p: float, *, tenant: str = "acme", **changes: Any) -> ReviewDraft:
         "policy_version": "sha256:v1",
     }
     return ReviewDraft(**{**fields, **changes})
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[DecisionStore]:  # noqa: F811
-    async with await DecisionStore.open(database_url) as opened:
-        yield opened
 
 
 async def _events(store: DecisionStore, review_id: str) -> list[str]:

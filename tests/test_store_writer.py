@@ -8,7 +8,6 @@ another connection, so nothing in the store is patched.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -40,15 +39,6 @@ def a_decision(**changes: Any) -> Decision:
     }
     fields.update(changes)
     return Decision(**fields)
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[DecisionStore]:  # noqa: F811
-    opened = await DecisionStore.open(database_url)
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
 
 
 def count_commits(store: DecisionStore) -> list[int]:
