@@ -81,7 +81,8 @@ def conversation(context: Sequence[BaseMessage]) -> list[BaseMessage]:
     return turns[-CONTEXT_TURNS:]
 
 
-def _state_text(state: State) -> str:
+def state_text(state: State) -> str:
+    """A state as one text (System 2's prompt, a span's opted-in state): the text itself, or its fields as JSON."""
     return state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, indent=1)
 
 
@@ -94,7 +95,7 @@ async def ask_system2(
     timeout_s: float | None = None,
 ) -> System2Answer:
     """Ask ``chat`` to answer ``question`` about ``state``; errors become an answer of ``None``."""
-    prompt = f"State:\n{_state_text(state)}\n\nQuestion:\n{_describe(question)}\n\nAllowed answers: " + ", ".join(
+    prompt = f"State:\n{state_text(state)}\n\nQuestion:\n{_describe(question)}\n\nAllowed answers: " + ", ".join(
         question.options
     )
     messages: list[BaseMessage] = [SystemMessage(_SYSTEM), *conversation(context), HumanMessage(prompt)]

@@ -33,7 +33,7 @@ from langsmith.run_trees import RunTree
 
 from ._decisions import Decision
 from ._traced import CallRecord, observe_calls
-from ._tracing import Attr, GenAI
+from ._tracing import STATE_TEXT_CHARS, Attr, GenAI
 
 __all__ = [
     "CHECKS_KEY",
@@ -58,8 +58,6 @@ DECISIONS_KEY: Final = "fastslow.decisions"
 CHECKS_KEY: Final = "fastslow.checks"
 """Metadata: one entry per checked tool call of a policy gate (its verdict, rule and decision ids)."""
 
-_STATE_TEXT_CHARS: Final = 4096
-"""Opted-in state text is cut here, as on spans."""
 
 Annotations: TypeAlias = tuple[dict[str, Any], list[str]]
 """Metadata and tags for one run."""
@@ -128,7 +126,7 @@ def _child(parent: RunTree, record: CallRecord, state_text: str | None) -> RunTr
     if record.request_model:
         inputs["model"] = record.request_model
     if state_text is not None and record.system == 1:
-        inputs["state"] = state_text[:_STATE_TEXT_CHARS]
+        inputs["state"] = state_text[:STATE_TEXT_CHARS]
     metadata: dict[str, Any] = {
         "ls_provider": record.provider,
         "ls_model_name": model or record.engine,

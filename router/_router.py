@@ -8,7 +8,6 @@ number of replicas can run side by side.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -32,7 +31,7 @@ from ._decisions import (
 )
 from ._engine import DecisionEngine, SyncDecide
 from ._errors import ConfigError, EngineError, EngineTimeout, failure_summary
-from ._escalate import ask_system2
+from ._escalate import ask_system2, state_text
 from ._questions import Question, State
 from ._sync import NOT_NOW, Plan, Step, _NotNow, run_async, run_sync
 from ._tasks import CheckTask, ClassifyTask, PolicySet, RouteTask, Rule, Task, TaskCommon
@@ -130,7 +129,7 @@ class Router:
 
     def _shown(self, state: State) -> str | None:
         """The state text for spans when the settings opt in, else ``None``."""
-        return _state_text(state) if self._trace_state_text else None
+        return state_text(state) if self._trace_state_text else None
 
     @property
     def policy(self) -> PolicySet:
@@ -650,11 +649,6 @@ def _failed(questions: Mapping[str, Question], exc: BaseException) -> dict[str, 
     timeout = isinstance(exc, (TimeoutError, EngineTimeout))
     failure = EngineFailure(message=f"System 1 {failure_summary(exc)}", timeout=timeout)
     return dict.fromkeys(questions, failure)
-
-
-def _state_text(state: State) -> str:
-    """A state as one text for a span: the text itself, or the fields as JSON."""
-    return state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, default=str)
 
 
 async def _gather(coros: Mapping[str, Coroutine[Any, Any, Decision]]) -> dict[str, Decision]:

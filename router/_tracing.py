@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SCHEMA_URL",
     "SEMCONV_VERSION",
+    "STATE_TEXT_CHARS",
     "Attr",
     "Event",
     "GenAI",
@@ -119,7 +120,7 @@ class Event:
     """A decision was answered by an engine call another caller opened (linked)."""
 
 
-_STATE_TEXT_CHARS: Final = 4096
+STATE_TEXT_CHARS: Final = 4096
 """Opted-in state text is cut here: span attributes are not a log."""
 
 _TRACER: Final = trace.get_tracer("fastslow", schema_url=SCHEMA_URL)
@@ -173,7 +174,7 @@ def annotate_decision(span: Span, decision: Decision, *, state_text: str | None 
         return
     span.set_attributes(_decision_attributes(decision))
     if state_text is not None:
-        span.set_attribute(Attr.STATE_TEXT, state_text[:_STATE_TEXT_CHARS])
+        span.set_attribute(Attr.STATE_TEXT, state_text[:STATE_TEXT_CHARS])
 
 
 def _decision_attributes(decision: Decision) -> dict[str, str | bool | int | float]:
