@@ -6,8 +6,16 @@ tenants. Each figure has its baseline in the same run:
 * short ``shell: ls -la`` checks alone, then while the other tenant keeps three of its largest
   allowed checks (100,000 characters) running: latency p50 / p99 and how many were denied for a
   timeout (before: every one during the heavy check);
-* the three short checks right after one 29,400-character check timed out (before: 2,003 ms each,
-  denied), against short checks with nothing before them;
+* the three short checks right after one 29,400-character check (before fair cost: it timed out,
+  and each short check after it took 2,003 ms and was denied), against short checks with nothing
+  before them;
+* the probe's cheap-but-costly inputs (1,000 emoji, 5,000 combining marks, a 20,000-character word,
+  99,000-character arguments, 100,000 characters of text): the server's CPU and time for each, and
+  how it was answered (before fair cost: about 4 s of CPU each, denied by timeout), beside a short
+  check's;
+* ten clients of one tenant sending those inputs without pause while another tenant checks
+  ``git status``: the other tenant's p50 / p99 against alone, and how many of its checks timed out
+  or left System 1 (before fair cost: p50 23 ms became about 1.25 s, 2 to 5 % denied by timeout);
 * the server's CPU in the two seconds after a timed-out answer went out (before: the work ran on);
 * malformed and oversized requests: the status each gets and how long it took (before: 500s, a
   17 s gateway request, an over-limit ``Content-Length`` never answered).
@@ -41,6 +49,22 @@ BIN = Path(sys.executable).parent
 SHORT = {"policies": ["tool_safety"], "tool_call": {"name": "shell", "arguments": {"command": "ls -la"}}}
 LARGEST = {"policies": ["tool_safety"], "text": "please review this shell history " * 3000}
 LONG = {"policies": ["tool_safety"], "text": "please check the invoices and the shell history " * 600}
+GIT_STATUS = {"policies": ["tool_safety"], "tool_call": {"name": "shell", "arguments": {"command": "git status"}}}
+PROBES: dict[str, dict[str, Any]] = {
+    "1,000 emoji": {"text": "\U0001f600" * 1000},
+    "5,000 combining marks": {"text": "a" + "\u0301" * 5000},
+    "20,000-character word": {"text": "x" * 20_000},
+    "99,000-character arguments": {"tool_call": {"name": "shell", "arguments": {"command": "y" * 99_000}}},
+    "100,000 characters of text": {"text": "please review this shell history " * 3030},
+    "100,000 characters of CJK": {"text": "\u6f22\u5b57" * 50_000},
+    "99,000-character ASCII argument": {
+        "tool_call": {"name": "shell", "arguments": {"command": "echo " + "a b c d e f " * 8240}}
+    },
+    "20,000 characters of prose": {
+        "text": "The quarterly report shows revenue growth across all regions, with particular strength in "
+        "the northern markets where new customers signed long contracts. " * 130
+    },
+}
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -89,19 +113,82 @@ def key(env: dict[str, str], tenant: str) -> str:
     return out.stdout.decode().strip()
 
 
-async def _short_checks(client: httpx2.AsyncClient, n: int) -> dict[str, Any]:
-    latencies, timeouts = [], 0
+async def _short_checks(client: httpx2.AsyncClient, n: int, body: dict[str, Any] = SHORT) -> dict[str, Any]:
+    latencies, timeouts, system2 = [], 0, 0
     for _ in range(n):
         started = time.monotonic()
-        response = await client.post("/v1/policy-check", json=SHORT)
+        response = await client.post("/v1/policy-check", json=body)
         latencies.append((time.monotonic() - started) * 1000.0)
-        timeouts += any(rule["reason"] == "timeout" for rule in response.json()["rules"])
+        rules = response.json()["rules"]
+        timeouts += any(rule["reason"] == "timeout" for rule in rules)
+        system2 += any(rule["system"] != 1 for rule in rules)
     latencies.sort()
     return {
         "n": n,
         "p50_ms": round(statistics.median(latencies), 1),
         "p99_ms": round(latencies[min(n - 1, int(0.99 * n))], 1),
         "timed_out": timeouts,
+        "not_system1": system2,
+    }
+
+
+async def probes(url: str, tenant_key: str, pid: int) -> dict[str, Any]:
+    """Each probe input once (after a short check as the baseline): server CPU, time and answer."""
+    headers = {"Authorization": f"Bearer {tenant_key}"}
+    out: dict[str, Any] = {}
+    async with httpx2.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
+        await client.post("/v1/policy-check", json=GIT_STATUS)  # warm
+        cases = {"short check (baseline)": GIT_STATUS}
+        cases.update({name: {"policies": ["tool_safety"], **body} for name, body in PROBES.items()})
+        for name, payload in cases.items():
+            cpu = _cpu_s(pid)
+            started = time.monotonic()
+            response = await client.post("/v1/policy-check", json=payload)
+            elapsed = time.monotonic() - started
+            answer = response.json()
+            out[name] = {
+                "status": response.status_code,
+                "server_cpu_s": round(_cpu_s(pid) - cpu, 2),
+                "ms": round(elapsed * 1000.0, 1),
+                "verdict": answer.get("verdict"),
+                "reasons": sorted({rule["reason"] for rule in answer.get("rules", [])}),
+            }
+    return out
+
+
+async def ten_clients(url: str, heavy_key: str, light_key: str, n: int) -> dict[str, Any]:
+    """Ten clients of one tenant send the costliest accepted inputs without pause; another tenant checks."""
+    heaviest = [PROBES[k] for k in ("100,000 characters of text", "1,000 emoji", "20,000-character word")]
+    light_headers = {"Authorization": f"Bearer {light_key}"}
+    async with httpx2.AsyncClient(base_url=url, headers=light_headers, timeout=60) as light:
+        await _short_checks(light, 3, GIT_STATUS)  # warm
+        alone = await _short_checks(light, n, GIT_STATUS)
+        stop = asyncio.Event()
+        heavy_headers = {"Authorization": f"Bearer {heavy_key}"}
+
+        async def keep_heavy(i: int) -> tuple[int, int]:
+            sent = timed_out = 0
+            async with httpx2.AsyncClient(base_url=url, headers=heavy_headers, timeout=60) as heavy:
+                while not stop.is_set():
+                    body = {"policies": ["tool_safety"], **heaviest[(i + sent) % len(heaviest)]}
+                    response = await heavy.post("/v1/policy-check", json=body)
+                    sent += 1
+                    if response.status_code == 200:
+                        timed_out += any(r["reason"] == "timeout" for r in response.json()["rules"])
+            return sent, timed_out
+
+        heavy_tasks = [asyncio.create_task(keep_heavy(i)) for i in range(10)]
+        await asyncio.sleep(1.0)
+        during = await _short_checks(light, n, GIT_STATUS)
+        stop.set()
+        heavy = await asyncio.gather(*heavy_tasks)
+    return {
+        "alone": alone,
+        "during_ten_clients": during,
+        "heavy_requests": sum(s for s, _ in heavy),
+        "heavy_timed_out": sum(t for _, t in heavy),
+        "p50_ratio": round(during["p50_ms"] / alone["p50_ms"], 2),
+        "p99_ratio": round(during["p99_ms"] / alone["p99_ms"], 2),
     }
 
 
@@ -232,6 +319,8 @@ async def run(quick: bool) -> dict[str, Any]:
         heavy, light, other = key(env, "heavy"), key(env, "light"), key(env, "other")
         report: dict[str, Any] = {"quick": quick}
         report["cross_tenant"] = await cross_tenant(url, heavy, light, n)
+        report["probes"] = await probes(url, other, process.pid)
+        report["ten_clients"] = await ten_clients(url, heavy, light, 2 * n if quick else 100)
         report["after_a_timeout"] = await after_timeout(url, other, process.pid)
         report["malformed"] = await malformed(url, other)
         report["server_alive"] = httpx2.get(f"{url}/healthz", timeout=5).status_code == 200

@@ -35,6 +35,9 @@ class Signals:
     """Entropy of each read (noise draw) at the answer slot."""
     agreement: float | None = None
     """Share of reads whose top label equals the averaged top label."""
+    read_all: bool | None = None
+    """False when the engine read only part of the state (its read budget in tokens ran out before
+    the state's end): a policy check then gets its task's ``on_oversize`` verdict unless a rule denies."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

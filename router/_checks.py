@@ -16,7 +16,7 @@ from ._errors import InvalidRequest
 from ._questions import State
 from ._sanitize import strip_thoughts
 
-__all__ = ["check_state", "combine", "context_state", "more_suspicious", "read_size", "shadow_verdict"]
+__all__ = ["check_state", "combine", "context_state", "more_suspicious", "read_size", "shadow_verdict", "unread"]
 
 CONTEXT_TURNS = 4
 """The caller's most recent turns System 1 reads with the item when a check task has ``system1_context``."""
@@ -109,6 +109,23 @@ def read_size(state: State) -> int:
     """The length of the state's text as engines read it: JSON compactly, whitespace runs as one space."""
     text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, separators=(",", ":"))
     return len(" ".join(text.split()))
+
+
+def unread(answer: Read, state: State, read_limit: int | None) -> str | None:
+    """Why System 1 read only part of ``state`` (``None`` when it read all of it).
+
+    ``read_limit`` is the engine's ``max_read_chars``. An engine that prices what it reads in
+    tokens says so itself (``Signals.read_all``).
+    """
+    partial = isinstance(answer, Answer) and answer.signals.read_all is False
+    if read_limit is None and not partial:
+        return None
+    size = read_size(state)
+    if read_limit is not None and size > read_limit:
+        return f"the state has {size} characters; System 1 reads at most {read_limit}"
+    if partial:
+        return f"the state ({size} characters) holds more tokens than System 1 reads for a check"
+    return None
 
 
 def combine(decisions: Mapping[str, Decision]) -> tuple[Verdict, str]:

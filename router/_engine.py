@@ -46,6 +46,10 @@ class EngineLimits:
     max_read_chars: int | None = None
     """The most of a state's text the engine reads for a policy check (``None``: all of it); a
     check on a longer state gets its task's ``on_oversize`` verdict unless a rule denies."""
+    max_read_tokens: int | None = None
+    """The most model work one reading of a state costs, in the engine's own tokens (``None``: not
+    bounded in tokens). An answer that read less than the whole state says so
+    (``Signals.read_all``), and a check then gets ``on_oversize`` as above."""
 
 
 @runtime_checkable

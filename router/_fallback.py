@@ -57,6 +57,7 @@ def _common_limits(limits: Sequence[EngineLimits]) -> EngineLimits:
         max_score_levels=smallest([x.max_score_levels for x in limits]),
         accepts_images=all(x.accepts_images for x in limits),
         max_read_chars=smallest([x.max_read_chars for x in limits]),
+        max_read_tokens=smallest([x.max_read_tokens for x in limits]),
     )
 
 

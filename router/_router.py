@@ -19,7 +19,7 @@ from opentelemetry import trace
 from ._answers import Answer, NoAnswer
 from ._breaker import failure_log_level
 from ._chat import THOUGHT_TASK, ChatEngine, ToolCall
-from ._checks import check_state, combine, context_state, more_suspicious, read_size, shadow_verdict
+from ._checks import check_state, combine, context_state, more_suspicious, shadow_verdict, unread
 from ._decisions import (
     Decision,
     EngineFailure,
@@ -541,7 +541,6 @@ class Router:
         state = check_state(item)
         names = {f"{task.name}.{r}": r for r in task.rules}
         read_limit = self._engines.engine_for(task.engine, policy).limits.max_read_chars
-        size = read_size(state) if read_limit is not None else 0
         questions = {full: task.rules[r].question for full, r in names.items()}
         violations = {full: task.rules[r].action.violation for full, r in names.items()}
         asked: Asked = yield self._ask(task, policy, state, questions, violations=violations)
@@ -566,14 +565,10 @@ class Router:
             )
             if task.mode == "shadow":
                 later[full] = self._shadow_check(decision, task, policy, rule, state, incumbent, short, context)
-            elif read_limit is not None and size > read_limit and decision.verdict == "allow":
-                # System 1 read only the first read_limit characters: what it allowed is not all there is.
+            elif decision.verdict == "allow" and (detail := unread(answers[full], state, read_limit)):
+                # System 1 read only the start of the state: what it allowed is not all there is.
                 decision = replace(
-                    decision,
-                    outcome=task.on_oversize,
-                    verdict=task.on_oversize,
-                    reason="oversize",
-                    detail=f"the state has {size} characters; System 1 reads at most {read_limit}",
+                    decision, outcome=task.on_oversize, verdict=task.on_oversize, reason="oversize", detail=detail
                 )
             elif decision.escalate:
                 later[full] = self._escalate_check(decision, task, policy, rule, state, context)

@@ -111,6 +111,12 @@ class EmbeddedSettings(BaseModel):
     ``tune`` turn it on for their own engines (offline rows, read again at every threshold and
     policy change); leave it off when serving, where states are requests and would grow the cache
     without bound."""
+    check_read_tokens: int = Field(default=640, ge=64, le=1_000_000)
+    """The most tokens of its windows a policy check reads, in the encoder's own tokens, besides the
+    256 of the state's start and end it always reads. Past them the check read part of the state,
+    and the task's ``on_oversize`` decides unless a rule denies. 640 (about 3,000 characters of
+    English) costs about 1.3 s of CPU on two cores, inside the shipped 2 s budget of System 1;
+    raise it together with the task's ``timeout_s`` for long documents (docs/limits.md)."""
 
 
 class ModelPrice(BaseModel):

@@ -77,11 +77,13 @@ def _merge_signals(parts: Sequence[Signals]) -> Signals:
     masses = [s.label_mass for s in parts if s.label_mass is not None]
     argmaxes = [s.argmax_is_label for s in parts if s.argmax_is_label is not None]
     agreements = [s.agreement for s in parts if s.agreement is not None]
+    read = [s.read_all for s in parts if s.read_all is not None]
     return Signals(
         label_mass=min(masses) if masses else None,
         argmax_is_label=all(argmaxes) if argmaxes else None,
         entropy=tuple(e for s in parts for e in s.entropy),
         agreement=min(agreements) if agreements else None,
+        read_all=all(read) if read else None,
     )
 
 

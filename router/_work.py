@@ -18,10 +18,12 @@ Three pieces, used together by the embedded engines and the HTTP API:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -148,11 +150,29 @@ async def run_blocking(fn: Callable[[StopToken], T], *, deadline: Deadline | Non
     The request's deadline (``request_scope``) applies when ``deadline`` is not given.
     """
     token = StopToken(deadline if deadline is not None else current_deadline())
+    context = contextvars.copy_context()  # as asyncio.to_thread does: the thread sees the request's scope
     try:
-        return await asyncio.to_thread(fn, token)
+        return await asyncio.get_running_loop().run_in_executor(_threads(), context.run, fn, token)
     except asyncio.CancelledError:
         token.cancel()
         raise
+
+
+_THREADS: ThreadPoolExecutor | None = None
+_THREADS_LOCK = threading.Lock()
+WORK_THREADS = 64
+"""Threads for blocking engine work. Not the event loop's default pool (``cpu_count + 4`` threads,
+six on two cores): requests waiting at a ``FairLock`` sit in threads, and there a pool that small
+would leave a tenant admitted below its share waiting for a thread behind another tenant's requests.
+They are started as needed; a waiting one costs no CPU."""
+
+
+def _threads() -> ThreadPoolExecutor:
+    global _THREADS
+    with _THREADS_LOCK:
+        if _THREADS is None:
+            _THREADS = ThreadPoolExecutor(max_workers=WORK_THREADS, thread_name_prefix="fastslow-work")
+        return _THREADS
 
 
 async def gather_all(calls: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
@@ -308,14 +328,21 @@ class FairGate:
     weight (``weights``, 1 when not named), so a tenant whose requests are costly gets fewer turns
     than one whose requests are cheap, rather than one turn each (a fair queue over measured work,
     as deficit round robin is over declared sizes). A tenant that starts waiting is counted from the
-    least work among those waiting, so it neither jumps a long history nor pays for one. The queue
-    is work-conserving: a
-    tenant alone may fill all of it. When it is full, a request of a tenant holding less of it than
-    another makes room: that other tenant's newest waiter is refused with ``Overloaded`` and this
-    one waits in its place, so every tenant's share of a full queue tends to an equal part, and one
-    tenant's flood never keeps another tenant out. A request whose tenant already holds as much as
-    any other is refused at once with ``Overloaded``. One whose deadline passes while it waits gets
-    ``TimeoutError``. Per process by design: it guards this process's CPU or connections.
+    least work among those waiting, so it neither jumps a long history nor pays for one.
+
+    The places are work-conserving and shared by weight: a tenant alone may hold every place, and
+    one that holds at least one place less than its share (``capacity`` over the tenants using or
+    waiting for the engine, by weight) while another holds more than its own is admitted at once,
+    over ``capacity`` if need be, rather than waiting for the other's long requests to end. Freed
+    places are then not handed on until the gate is back under ``capacity``. So no tenant holds
+    more than its share while another with a share of a whole place waits, and at most
+    ``2 * capacity`` requests run at once; shares of less than a place are served by the queue. The queue is
+    work-conserving too: a tenant alone may fill all of it. When it is full, a request of a tenant
+    holding less of it than another makes room: that other tenant's newest waiter is refused with
+    ``Overloaded`` and this one waits in its place, so every tenant's share of a full queue tends to
+    an equal part, and one tenant's flood never keeps another tenant out. A request whose tenant
+    already holds as much as any other is refused at once with ``Overloaded``. One whose deadline
+    passes while it waits gets ``TimeoutError``. Per process by design: it guards this process's CPU or connections.
 
     Args:
         name: the engine's name, for errors.
@@ -332,6 +359,8 @@ class FairGate:
         self.queue = queue
         self.weights = dict(weights or {})
         self.active = 0
+        self._held: dict[str, int] = {}
+        """Places each tenant holds now."""
         self._turns = _Turns()
         self._work: dict[str, float] = {}
         """Seconds each tenant held the engine since the gate was last idle, over its weight."""
@@ -350,17 +379,36 @@ class FairGate:
         """
         who = current_tenant() if tenant is None else tenant
         deadline = deadline if deadline is not None else current_deadline()
-        if self.active < self.capacity and self._turns.size == 0:
+        if (self.active < self.capacity and self._turns.size == 0) or self._below_share(who):
             self.active += 1
         else:
             await self._wait(who, deadline)
+        self._held[who] = self._held.get(who, 0) + 1
         started = time.monotonic()
         try:
             yield
         finally:
             held = time.monotonic() - started
             self._work[who] = self._work.get(who, 0.0) + held / self.weights.get(who, 1.0)
+            if self._held[who] == 1:
+                del self._held[who]
+            else:
+                self._held[who] -= 1
             self._leave()
+
+    def _share(self, tenant: str, present: Iterable[str]) -> float:
+        """``tenant``'s share of the places among ``present`` (the tenants using or waiting for the engine)."""
+        total = sum(self.weights.get(t, 1.0) for t in present)
+        return self.capacity * self.weights.get(tenant, 1.0) / total
+
+    def _below_share(self, tenant: str) -> bool:
+        """Whether ``tenant`` holds less than its share while another tenant holds more than its own."""
+        if not self._held or self._turns.waiting(tenant):
+            return False  # its own earlier requests wait (it takes its turn after them), or the most is running
+        present = set(self._held) | set(self._turns.tenants()) | {tenant}
+        if self._held.get(tenant, 0) + 1 > self._share(tenant, present):
+            return False  # a share of less than one place is served by the queue, in its turn
+        return any(n > self._share(t, present) for t, n in self._held.items() if t != tenant)
 
     async def _wait(self, tenant: str, deadline: Deadline | None) -> None:
         if self._turns.size >= self.queue:
@@ -398,6 +446,9 @@ class FairGate:
 
     def _leave(self) -> None:
         """Hand a freed place to the next waiter (by work done, not by who freed it), or free it."""
+        if self.active > self.capacity:
+            self.active -= 1  # over capacity since a tenant below its share came in: not handed on
+            return
         while True:
             turn = self._turns.next_least(self._work_of)
             if turn is None:

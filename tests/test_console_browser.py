@@ -70,6 +70,13 @@ def _until(driver: Any, element_id: str) -> Any:
     return WebDriverWait(driver, WAIT_S).until(expected_conditions.presence_of_element_located((By.ID, element_id)))
 
 
+def _until_url(driver: Any, part: str) -> None:
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, WAIT_S).until(expected_conditions.url_contains(part))
+
+
 def _sign_in(driver: Any, api: RunningApi, key: str) -> None:
     driver.delete_all_cookies()
     driver.get(f"{api.url}/console")  # a page without a session sends the browser to sign in
@@ -123,6 +130,8 @@ async def test_filter_the_list_open_a_decision_record_its_outcome_and_see_it_cal
     browser.find_element("id", "nav-decisions").click()
     Select(_until(browser, "filter-task")).select_by_value("let_through")
     browser.find_element("id", "filter-submit").click()
+    # The filtered page, not the one the click left: its table would go stale under the reads below.
+    _until_url(browser, "task=let_through")
     rows = _until(browser, "decisions-table").find_elements("css selector", "tbody tr[data-decision-id]")
     assert rows and all(row.find_elements("tag name", "td")[1].text == "let_through" for row in rows)
     assert "task=let_through" in browser.current_url

@@ -1,8 +1,8 @@
 """Deadlines that end the work, and one tenant's long request that cannot slow another's.
 
-The embedded engine runs its model in bounded steps (a batch of short texts, one 512-token window
-of a long one) under a lock handed round-robin across tenants, and stops between steps once its
-budget is gone. Before that, a timed-out request kept the embedder (and its lock) busy for seconds
+The embedded engine runs its model in bounded steps (at most 64 tokens of short texts, or one
+text of at most 256) under a lock handed round-robin across tenants, and stops between steps once
+its budget is gone. Before that, a timed-out request kept the embedder (and its lock) busy for seconds
 after its answer went out, and every request behind it timed out too. Timing bounds here are
 generous (the budget plus a second or more); CPU is measured with ``time.process_time()``, which
 counts this process only (the API runs in it, in a thread).
@@ -49,8 +49,8 @@ SHORT = "ls -la"
 IDLE_S = 2.5
 """How long a test watches the process's CPU after an answer went out."""
 ONE_STEP_CPU_S = 1.5
-"""The most CPU one step may still cost after its deadline: a 512-token window is about half a
-second on two cores. Work that kept running would spend about 2 * IDLE_S."""
+"""The most CPU one step may still cost after its deadline (a 256-token text is about a quarter of a
+second on two cores), with a wide margin. Work that kept running would spend about 2 * IDLE_S."""
 
 
 def _idle_cpu_s(seconds: float = IDLE_S) -> float:
@@ -69,8 +69,9 @@ async def test_a_timed_out_long_state_does_not_delay_the_next_short_one(engine: 
     await engine.decide(SHORT, QUESTION)  # warm
     started = time.monotonic()
     with pytest.raises(EngineTimeout):
-        await engine.decide(LONG, QUESTION, options=ReadOptions(timeout_s=0.5))
-    assert time.monotonic() - started < 0.5 + 1.0
+        # What a route reads of it is priced at 256 tokens, about 0.2 s here: a budget shorter than that.
+        await engine.decide(LONG, QUESTION, options=ReadOptions(timeout_s=0.05))
+    assert time.monotonic() - started < 0.05 + 1.0
     started = time.monotonic()
     reply = await engine.decide(SHORT, QUESTION, options=ReadOptions(timeout_s=2.0))
     assert time.monotonic() - started < 2.0
@@ -95,6 +96,8 @@ async def test_many_questions_over_a_long_state_stop_at_the_budget(engine: Embed
 
 PATIENT_S = 8.0
 """The long request's budget: long enough that its work is still running while the other tenant checks."""
+HASTY_S = 0.1
+"""A budget shorter than reading a long state takes (its 896 tokens are about 0.7 s here)."""
 BUDGET_S = 4.0
 """The short checks' budget."""
 
@@ -105,6 +108,9 @@ def _policy(directory: Path) -> Path:
     patient = dict(doc["tasks"]["tool_safety"])
     patient["engine_options"] = {**patient.get("engine_options", {}), "timeout_s": PATIENT_S}
     doc["tasks"]["tool_safety_patient"] = patient
+    hasty = dict(doc["tasks"]["tool_safety"])
+    hasty["engine_options"] = {**hasty.get("engine_options", {}), "timeout_s": HASTY_S}
+    doc["tasks"]["tool_safety_hasty"] = hasty
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "policy.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
@@ -145,15 +151,16 @@ async def test_one_tenants_largest_request_does_not_change_anothers_verdicts(api
         assert all("timeout" not in reasons for _v, _t, reasons in alone)
         largest = {"policies": ["tool_safety_patient"], "text": "please review this shell history " * 3000}
         assert len(largest["text"]) <= 100_000
-        # Three at once: the embedder's lock goes round the tenants, so the light tenant waits for
-        # one window of the heavy one, not one of each of its requests.
-        long_calls = [asyncio.create_task(heavy.post("/v1/policy-check", json=largest)) for _ in range(3)]
-        await asyncio.sleep(0.5)  # the long requests are now inside the embedder
+        # Six at once, more than the engine's four places: the light tenant is admitted at once all
+        # the same (it holds less than its share), and the embedder's lock goes round the tenants,
+        # so it waits for one step of the heavy one, not one of each of its requests.
+        long_calls = [asyncio.create_task(heavy.post("/v1/policy-check", json=largest)) for _ in range(6)]
+        await asyncio.sleep(0.3)  # the long requests are now inside the embedder
         assert not any(call.done() for call in long_calls)
         during = await _verdicts(light, COMMANDS)
         assert not all(c.done() for c in long_calls), "the long requests ended first: no overlap was tested"
         responses = await asyncio.gather(*long_calls)
-    assert [r.status_code for r in responses] == [200, 200, 200]
+    assert [r.status_code for r in responses] == [200] * 6
     assert [v for v, _t, _r in during] == [v for v, _t, _r in alone]
     assert [r for _v, _t, r in during] == [r for _v, _t, r in alone]
 
@@ -162,8 +169,8 @@ async def test_a_timed_out_long_check_does_not_delay_the_next_short_ones(api: Ru
     key = await api.key("timeouts")
     async with api_client(api.url, key) as client:
         started = time.monotonic()
-        response = await client.post("/v1/policy-check", json={"policies": ["tool_safety"], "text": LONG})
-        assert time.monotonic() - started < BUDGET_S + 1.0
+        response = await client.post("/v1/policy-check", json={"policies": ["tool_safety_hasty"], "text": LONG})
+        assert time.monotonic() - started < HASTY_S + 1.0
         assert response.status_code == 200
         body = response.json()
         assert body["verdict"] == "deny" and {r["reason"] for r in body["rules"]} == {"timeout"}
@@ -177,6 +184,9 @@ async def test_a_full_engine_queue_is_a_503_with_retry_after_and_records_nothing
         tmp_path,
         policy_file=_policy(tmp_path / "policy"),
         limits=LimitsSettings(local_engine_concurrency=1, engine_queue=0),
+        # The holder reads all of its long state (about 20,000 tokens), so it holds the engine for
+        # its whole patient budget while the second request comes.
+        embedded={"check_read_tokens": 100_000},
     )
     with running_api(settings) as running:
         key = await running.key("busy")

@@ -36,6 +36,7 @@ class Held:
             self.dim = model.dim
         self.calls: list[list[str]] = []
         self.texts_embedded = 0
+        self.tokens_embedded = 0
         self.entered = threading.Event()
         self.gates = [threading.Event()]
         self.stopped: list[bool] = []
@@ -44,6 +45,9 @@ class Held:
     @property
     def release(self) -> threading.Event:
         return self.gates[0]
+
+    def count_tokens(self, text: str) -> int:
+        return self.model.count_tokens(text) if self.model is not None else len(text.split()) + 2
 
     def embed(self, texts: Sequence[str], *, stop: StopToken | None = None) -> NDArray[np.float32]:
         self.calls.append(list(texts))

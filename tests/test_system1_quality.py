@@ -171,12 +171,19 @@ def reading_cache(_embedding_cache: Path) -> EmbeddingCache:
     return EmbeddingCache(_embedding_cache)
 
 
-def _injection_engine(root: Path, embedder: Embedder, cache: EmbeddingCache, *, background: bool) -> ExampleEngine:
+def _injection_engine(
+    root: Path, embedder: Embedder, cache: EmbeddingCache, *, background: bool, check_read_tokens: int = 640
+) -> ExampleEngine:
     rows = [(text, label) for split, text, label in _injections(root) if split == "train"]  # type: ignore[misc]
     examples = {"yes": [t for t, y in rows if y == "1"], "no": [t for t, y in rows if y == "0"]}
     mapping = {"questions": {"injection": {"examples": examples, "check": "true"}}}
     return ExampleEngine(
-        examples_from_mapping(mapping), embedder, cache=cache, use_background=background, cache_states=True
+        examples_from_mapping(mapping),
+        embedder,
+        cache=cache,
+        use_background=background,
+        cache_states=True,
+        check_read_tokens=check_read_tokens,
     )
 
 
@@ -208,7 +215,9 @@ def test_background_negatives_stop_a_rule_flagging_ordinary_text(
 def test_an_injection_hidden_in_a_long_document_is_found(
     shared_data: Path, embedder: Embedder, reading_cache: EmbeddingCache
 ) -> None:
-    engine = _injection_engine(shared_data, embedder, reading_cache, background=True)
+    # The whole document is about 4,500 tokens: more than the shipped read budget (which a 2 s task
+    # can afford), which a deployment checking long documents raises with its tasks' budgets.
+    engine = _injection_engine(shared_data, embedder, reading_cache, background=True, check_read_tokens=8_000)
     utterances = [t for t, _ in json.loads((shared_data / "clinc150" / "data_full.json").read_text())["test"]]
     random.Random(0).shuffle(utterances)
     document = ". ".join(utterances[:400])[:20_000]  # a long, benign conversation log
@@ -220,3 +229,6 @@ def test_an_injection_hidden_in_a_long_document_is_found(
     assert clean < 0.8  # not denied (0.77 at the time of writing: review)
     # Read as one text, the injection would be 1 % of it; read by windows, it decides its window.
     assert float((found >= 0.8).mean()) >= 0.5, (clean, found)  # denied: 0.6 when written
+    # With the shipped budget the engine reads the start and says it read only part: on_oversize decides.
+    shipped = _injection_engine(shared_data, embedder, reading_cache, background=True)
+    assert engine.read(document, windows=True).whole and not shipped.read(document, windows=True).whole

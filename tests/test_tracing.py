@@ -338,9 +338,13 @@ class _SlowEmbedder:
     model_id = "slow-0"
     dim = 2
     texts_embedded = 0
+    tokens_embedded = 0
 
     def __init__(self) -> None:
         self.calls: list[int] = []
+
+    def count_tokens(self, text: str) -> int:
+        return len(text) + 2
 
     def embed(self, texts: Sequence[str], *, stop: object = None) -> np.ndarray:
         del stop

@@ -179,6 +179,59 @@ async def test_a_lone_tenant_fills_the_whole_queue() -> None:
     assert sorted(served) == list(range(10))
 
 
+async def test_a_tenant_below_its_share_is_admitted_while_another_holds_every_place() -> None:
+    gate = FairGate("embedded", capacity=4, queue=8)
+    release = asyncio.Event()
+    admitted: list[str] = []
+
+    async def use(tenant: str, label: str) -> None:
+        async with gate.admit(tenant):
+            admitted.append(label)
+            await release.wait()
+
+    flood = [asyncio.create_task(use("a", f"a{n}")) for n in range(6)]  # four places, two waiting
+    await asyncio.sleep(0)
+    assert gate.active == 4 and gate.waiting == 2
+    # b's share of four places between two tenants is two: both its requests come in at once, over
+    # capacity, instead of waiting for a's long requests; a third waits its turn.
+    others = [asyncio.create_task(use("b", f"b{n}")) for n in range(3)]
+    await asyncio.sleep(0)
+    assert admitted[-2:] == ["b0", "b1"] and gate.active == 6 and gate.waiting == 3
+    release.set()
+    await asyncio.gather(*flood, *others)
+    assert sorted(admitted) == sorted([f"a{n}" for n in range(6)] + ["b0", "b1", "b2"])
+    assert gate.active == 0 and gate.waiting == 0
+
+
+async def test_places_freed_over_capacity_are_not_handed_on_until_back_under_it() -> None:
+    gate = FairGate("embedded", capacity=2, queue=8)
+    releases = {label: asyncio.Event() for label in ("a0", "a1", "a2", "b0")}
+    admitted: list[str] = []
+
+    async def use(tenant: str, label: str) -> None:
+        async with gate.admit(tenant):
+            admitted.append(label)
+            await releases[label].wait()
+
+    tasks = [asyncio.create_task(use("a", label)) for label in ("a0", "a1", "a2")]
+    await asyncio.sleep(0)
+    tasks.append(asyncio.create_task(use("b", "b0")))  # b's share is one place: in at once
+    await asyncio.sleep(0)
+    assert admitted == ["a0", "a1", "b0"] and gate.active == 3 and gate.waiting == 1
+    releases["a0"].set()  # back to capacity: the freed place is not handed to a2
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert admitted == ["a0", "a1", "b0"] and gate.active == 2 and gate.waiting == 1
+    releases["b0"].set()  # under capacity now: a2 comes in
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert admitted == ["a0", "a1", "b0", "a2"] and gate.active == 2
+    releases["a1"].set()
+    releases["a2"].set()
+    await asyncio.gather(*tasks)
+    assert gate.active == 0
+
+
 async def test_a_full_queue_makes_room_for_another_tenant_at_the_floods_expense() -> None:
     gate = FairGate("embedded", capacity=1, queue=4)
     release = asyncio.Event()

@@ -3,7 +3,7 @@
 Concurrent requests read different states; each read embeds a short text or two from a worker
 thread (``run_blocking``). ``BatchingEmbedder`` sends the first read straight to the model, and
 reads that arrive while it runs wait, then go to the model together in one ``embed`` call, up to
-one step of the inner embedder (``BATCH_TEXTS`` texts and ``STEP_CHARS`` characters, so a batch
+one step of the inner embedder (``BATCH_TEXTS`` texts and ``STEP_TOKENS`` tokens, so a batch
 takes as long as the one step a reader would have waited for anyway at the embedder's lock).
 Longer reads (a policy check's windows, a long state) are not batched: they take the embedder's
 lock step by step as before, so one tenant's long text still delays another's short one by at
@@ -29,7 +29,7 @@ from opentelemetry.trace import SpanContext
 
 from fastslow.router.engine_api import Abandoned, StopToken, current_span_context, link_current
 
-from ._embedders import BATCH_TEXTS, SHORT_CHARS, STEP_CHARS, Embedder
+from ._embedders import BATCH_TEXTS, STEP_TOKENS, Embedder
 
 __all__ = ["BatchingEmbedder"]
 
@@ -38,10 +38,11 @@ _POLL_S = 0.05
 
 
 class _Read:
-    __slots__ = ("batch", "done", "error", "lead", "link", "result", "stop", "texts")
+    __slots__ = ("batch", "done", "error", "lead", "link", "result", "stop", "texts", "tokens")
 
-    def __init__(self, texts: list[str], stop: StopToken | None) -> None:
+    def __init__(self, texts: list[str], tokens: int, stop: StopToken | None) -> None:
         self.texts = texts
+        self.tokens = tokens
         self.stop = stop
         self.done = threading.Event()
         """Set when the vectors (or an error) are in, or when this reader is to run ``batch``."""
@@ -95,18 +96,24 @@ class BatchingEmbedder:
     def texts_embedded(self, value: int) -> None:
         self.inner.texts_embedded = value
 
-    @staticmethod
-    def _fits(texts: Sequence[str]) -> bool:
-        return (
-            len(texts) <= BATCH_TEXTS
-            and all(len(t) <= SHORT_CHARS for t in texts)
-            and sum(map(len, texts)) <= STEP_CHARS
-        )
+    @property
+    def tokens_embedded(self) -> int:
+        return self.inner.tokens_embedded
+
+    @tokens_embedded.setter
+    def tokens_embedded(self, value: int) -> None:
+        self.inner.tokens_embedded = value
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
 
     def embed(self, texts: Sequence[str], *, stop: StopToken | None = None) -> NDArray[np.float32]:
-        if not texts or not self._fits(texts):
+        if not texts or len(texts) > BATCH_TEXTS:
             return self.inner.embed(texts, stop=stop)
-        read = _Read(list(texts), stop)
+        tokens = sum(self.inner.count_tokens(t) for t in texts)
+        if tokens > STEP_TOKENS:
+            return self.inner.embed(texts, stop=stop)
+        read = _Read(list(texts), tokens, stop)
         with self._lock:
             if self._busy:
                 self._queue.append(read)
@@ -163,7 +170,7 @@ class BatchingEmbedder:
         """The next batch of waiting readers, led by its first; or the model is free."""
         with self._lock:
             batch: list[_Read] = []
-            count = chars = 0
+            count = tokens = 0
             while self._queue:
                 nxt = self._queue[0]
                 if nxt.stop is not None and nxt.stop.stopped:
@@ -171,12 +178,11 @@ class BatchingEmbedder:
                     nxt.error = Abandoned("the caller stopped waiting")
                     nxt.done.set()
                     continue
-                size = sum(map(len, nxt.texts))
-                if batch and (count + len(nxt.texts) > BATCH_TEXTS or chars + size > STEP_CHARS):
+                if batch and (count + len(nxt.texts) > BATCH_TEXTS or tokens + nxt.tokens > STEP_TOKENS):
                     break
                 batch.append(self._queue.popleft())
                 count += len(nxt.texts)
-                chars += size
+                tokens += nxt.tokens
             if not batch:
                 self._busy = False
                 return

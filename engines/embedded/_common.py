@@ -18,7 +18,7 @@ from fastslow.router import (
     ReadOptions,
     State,
 )
-from fastslow.router.engine_api import Abandoned, budget_s, neutralise, normalise_distribution, validate_state
+from fastslow.router.engine_api import Abandoned, Signals, budget_s, neutralise, normalise_distribution, validate_state
 
 __all__ = ["as_text", "check_call", "make_answer", "option_text", "with_budget"]
 
@@ -54,8 +54,16 @@ def option_text(name: str, description: str | None) -> str:
 
 
 def make_answer(
-    name: str, question: Question, probs: Mapping[str, float], *, engine: str, model: str, latency_ms: float
+    name: str,
+    question: Question,
+    probs: Mapping[str, float],
+    *,
+    engine: str,
+    model: str,
+    latency_ms: float,
+    read_all: bool | None = None,
 ) -> Answer:
+    """An engine's answer; ``read_all`` False when it read only part of the state (a check's token budget)."""
     return Answer(
         question=name,
         kind=question.kind,
@@ -63,6 +71,7 @@ def make_answer(
         engine=engine,
         model=model,
         latency_ms=latency_ms,
+        signals=Signals(read_all=read_all) if read_all is not None else Signals(),
     )
 
 

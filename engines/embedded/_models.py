@@ -68,6 +68,7 @@ class EmbeddedModels:
             use_background=self.settings.background,
             head=self.settings.head,
             cache_states=self.settings.cache_states,
+            check_read_tokens=self.settings.check_read_tokens,
         )
 
     def embedded_engine(self, examples: ExampleSet | None) -> EmbeddedEngine:

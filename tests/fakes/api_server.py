@@ -114,14 +114,14 @@ TEST_ENGINE_TIMEOUT_S = 30.0
 """System 1's budget in test policies: the shipped 2 s is for a production box, not a shared CI runner."""
 
 
-def test_policy(directory: Path, *, split_checks: bool = True) -> Path:
-    """The shipped policy, with System 1's time budget raised for test machines.
+def test_policy(directory: Path, *, split_checks: bool = True, timeout_s: float = TEST_ENGINE_TIMEOUT_S) -> Path:
+    """The shipped policy, with System 1's time budget ``timeout_s`` (raised for test machines).
 
     With ``split_checks``, also one check task per ``tool_safety`` rule, each rule copied verbatim,
     so a test can drive one rule through all three verdicts without the other rule's band in the way.
     """
     doc = yaml.safe_load(EXAMPLE_POLICY.read_text(encoding="utf-8"))
-    doc["defaults"].setdefault("engine_options", {})["timeout_s"] = TEST_ENGINE_TIMEOUT_S
+    doc["defaults"].setdefault("engine_options", {})["timeout_s"] = timeout_s
     if split_checks:
         safety = doc["tasks"]["tool_safety"]
         for rule, body in safety["rules"].items():
