@@ -249,19 +249,23 @@ class _Turns:
         """The tenants with waiters."""
         return self._queues.keys()
 
-    def next(self, after: str | None = None) -> tuple[str, object] | None:
+    def next(self, after: str | None = None, busy: Iterable[str] = ()) -> tuple[str, object] | None:
         """The next tenant and ticket: the first tenant in turn gives its oldest waiter and goes to the back.
 
         ``after`` is the tenant just served: when others are waiting it goes after them, so the
-        tenant whose work loops (one window after another) does not get the next turn too.
+        tenant whose work loops (one window after another) does not get the next turn too. Tenants
+        in ``busy`` are passed over (they hold a step already).
         """
-        if not self._queues:
+        skip = set(busy)
+        ready = [tenant for tenant in self._queues if tenant not in skip]
+        if not ready:
             return None
-        if after is not None and len(self._queues) > 1 and next(iter(self._queues)) == after:
+        if len(ready) > 1 and ready[0] == after:
             self._queues.move_to_end(after)
-        tenant, queue = next(iter(self._queues.items()))
+            ready = [*ready[1:], after]
+        tenant = ready[0]
+        queue = self._queues.pop(tenant)
         ticket = queue.popleft()
-        del self._queues[tenant]
         if queue:
             self._queues[tenant] = queue
         self.size -= 1
@@ -274,12 +278,24 @@ class FairLock:
     A plain lock lets a thread that releases and re-acquires in a loop (one embedding window after
     another) starve the others; here, each release hands the lock to the next tenant in turn, so a
     short request from one tenant waits for at most one step of each other tenant's work.
+
+    With ``lanes`` above one, up to that many holders run at once, each of a different tenant: one
+    tenant's steps still run one at a time (as with one lane), but another tenant's step need not
+    wait for the step in progress, which cannot be interrupted. A lone tenant's work is unchanged.
+
+    Args:
+        lanes: steps of different tenants held at once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, lanes: int = 1) -> None:
+        if lanes < 1:
+            raise ValueError("need lanes >= 1")
         self._cond = threading.Condition()
-        self._owner: object | None = None
-        self._owner_tenant: str | None = None
+        self._lanes = lanes
+        self._holders: dict[object, str] = {}
+        """Ticket -> tenant of each step running now."""
+        self._last: str | None = None
+        """The tenant most recently granted the lock: it goes after the others waiting."""
         self._turns = _Turns()
 
     def acquire(self, stop: StopToken | None = None) -> object:
@@ -287,13 +303,11 @@ class FairLock:
         ticket = object()
         tenant = current_tenant()
         with self._cond:
-            if self._owner is None and self._turns.size == 0:
-                self._owner, self._owner_tenant = ticket, tenant
-                return ticket
             self._turns.add(tenant, ticket)
-            while self._owner is not ticket:
+            self._grant()
+            while ticket not in self._holders:
                 if stop is not None and stop.stopped:
-                    # Not granted (we hold the condition and are not the owner): leave the queue.
+                    # Not granted (we hold the condition and are not a holder): leave the queue.
                     self._turns.remove(tenant, ticket)
                     stop.check()
                 self._cond.wait(timeout=_POLL_S if stop is not None else None)
@@ -301,14 +315,23 @@ class FairLock:
 
     def release(self, ticket: object) -> None:
         with self._cond:
-            if self._owner is not ticket:
+            if ticket not in self._holders:
                 raise RuntimeError("release of a FairLock not held by this ticket")
-            self._release_locked()
+            del self._holders[ticket]
+            self._grant()
 
-    def _release_locked(self) -> None:
-        turn = self._turns.next(after=self._owner_tenant)
-        self._owner_tenant, self._owner = turn if turn is not None else (None, None)
-        self._cond.notify_all()
+    def _grant(self) -> None:
+        """Free lanes to the next waiters in turn whose tenant holds none (under the condition)."""
+        granted = False
+        while len(self._holders) < self._lanes:
+            turn = self._turns.next(after=self._last, busy=set(self._holders.values()))
+            if turn is None:
+                break
+            self._last, ticket = turn
+            self._holders[ticket] = self._last
+            granted = True
+        if granted:
+            self._cond.notify_all()
 
     @contextmanager
     def hold(self, stop: StopToken | None = None) -> Iterator[None]:

@@ -120,6 +120,36 @@ def test_fair_lock_goes_round_robin_across_tenants() -> None:
     assert order == ["a1", "b1", "a2", "a3"]
 
 
+def test_a_second_lane_goes_to_another_tenant_never_to_the_one_holding_a_step() -> None:
+    lock = FairLock(lanes=2)
+    order: list[str] = []
+    release = {label: threading.Event() for label in ("a1", "a2", "b1")}
+
+    def take(label: str) -> object:
+        def run() -> None:
+            with lock.hold():
+                order.append(label)
+                assert release[label].wait(5)
+
+        return run
+
+    a1 = _in_tenant("a", take("a1"))
+    a1.start()
+    _wait_for(lambda: order == ["a1"])
+    a2 = _in_tenant("a", take("a2"))
+    a2.start()
+    _wait_for(lambda: lock._turns.size == 1)  # a's second step waits, though a lane is free
+    b1 = _in_tenant("b", take("b1"))
+    b1.start()
+    _wait_for(lambda: order == ["a1", "b1"])  # b does not wait for a's step in progress
+    release["a1"].set()
+    _wait_for(lambda: order == ["a1", "b1", "a2"])
+    release["a2"].set()
+    release["b1"].set()
+    for thread in (a1, a2, b1):
+        thread.join(5)
+
+
 def test_a_waiter_whose_token_stops_leaves_the_queue_and_the_lock_still_works() -> None:
     lock = FairLock()
     held = lock.acquire()

