@@ -313,6 +313,11 @@ class FairLock:
                 self._cond.wait(timeout=_POLL_S if stop is not None else None)
             return ticket
 
+    @property
+    def running(self) -> int:
+        """Steps holding the lock now (at most ``lanes``)."""
+        return len(self._holders)
+
     def release(self, ticket: object) -> None:
         with self._cond:
             if ticket not in self._holders:

