@@ -51,7 +51,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -82,6 +82,10 @@ F64 = NDArray[np.float64]
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "engines" / "embedded" / CALIBRATION_FILE
 EMBEDDERS = ("e5", "minilm")
+MIN_CONFIDENCE = 0.7
+"""The shipped policy's default ``min_confidence``: an answer under it escalates."""
+CEILING_TOP = 0.1
+"""The share of most confident held-out answers whose accuracy sets a yes/no calibration's ceiling."""
 EMBEDDER_CHOICE: dict[str, Literal["e5", "minilm"]] = {"e5": "e5", "minilm": "minilm"}
 FLOOR = 1e-12
 NONE = "none_of_these"
@@ -551,6 +555,7 @@ def figures(items: Sequence[Item], probs: Sequence[dict[str, float]]) -> dict[st
         "base_rate_yes": float(np.mean(yes_truth)) if noul else None,
         "mean_p_yes": float(np.mean(yes_scores)) if noul else None,
         "oos_auroc": _oos_auroc(items, probs),
+        "under_min_confidence": float(np.mean(np.array(conf) < MIN_CONFIDENCE)),
     }
 
 
@@ -582,6 +587,50 @@ def _loso(
     }
 
 
+def _wilson_low(k: float, n: int, z: float = 1.96) -> float:
+    if n == 0:
+        return 0.0
+    p = k / n
+    centre = p + z * z / (2 * n)
+    margin = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (centre - margin) / (1 + z * z / n)
+
+
+def _ceiling(
+    engine: str, model: str, form: str, items: Sequence[Item], raw: list[dict[str, float]]
+) -> tuple[float, dict[str, Any]]:
+    """A yes/no calibration's ceiling: what its most confident answers were worth on sets it was not fitted on.
+
+    Leave one fit set out: fit on the others, answer the one left out; pooled over the sets, the
+    ``CEILING_TOP`` most confident answers' accuracy, at its lower Wilson bound (95 %), at least 0.5.
+    A set the model has no skill on then cannot get answers more confident than the model has been
+    right, wherever it was.
+    """
+    pooled: list[tuple[float, bool]] = []
+    for held in sorted({i.group for i in items}):
+        train = [j for j, it in enumerate(items) if it.group != held]
+        tr_items = [items[j] for j in train]
+        cal = _fit(engine, model, "noul", form, _arrays(tr_items, [raw[j] for j in train], _equal_weights(tr_items)))
+        for j, it in enumerate(items):
+            if it.group == held:
+                q = cal.apply(raw[j])
+                answer = max(q, key=lambda o: q[o])
+                pooled.append((q[answer], answer == it.label))
+    pooled.sort(key=lambda cr: -cr[0])
+    top = pooled[: max(30, int(CEILING_TOP * len(pooled)))]
+    right = sum(r for _c, r in top)
+    ceiling = max(0.5, _wilson_low(right, len(top)))
+    info = {
+        "by": f"leave one fit set out: the {CEILING_TOP:.0%} most confident held-out answers' accuracy, "
+        "its lower Wilson bound",
+        "rows": len(top),
+        "accuracy": round(right / len(top), 4) if top else None,
+        "their_confidence_from": round(top[-1][0], 4) if top else None,
+        "ceiling": round(ceiling, 4),
+    }
+    return ceiling, info
+
+
 # -- main ------------------------------------------------------------------------------------------------
 
 
@@ -590,6 +639,8 @@ def _entry_json(cal: ZeroShotCalibration, info: dict[str, Any]) -> dict[str, Any
         params: dict[str, Any] = {}
     elif cal.form == "platt":
         params = {"slope": round(cal.slope, 6), "bias": round(cal.bias, 6)}
+        if cal.ceiling < 1.0:
+            params["ceiling"] = round(cal.ceiling, 4)
     else:
         params = {
             "beta0": round(cal.beta0, 6),
@@ -617,13 +668,27 @@ def _r(x: Any) -> Any:
 
 
 def fit(
-    raw: Raw, train: dict[str, list[Item]], valid: dict[str, list[Item]], n: int
+    raw: Raw,
+    train: dict[str, list[Item]],
+    valid: dict[str, list[Item]],
+    n: int,
+    kinds: Sequence[str] = ("choice", "noul"),
+    keep: Path | None = None,
 ) -> tuple[dict[str, Any], ZeroShotCalibrations, dict[str, Any]]:
-    """Choose and fit every calibration; return the file's JSON, the calibrations, and a summary."""
+    """Choose and fit every calibration of ``kinds`` (the others kept as the calibration file ``keep`` has them).
+
+    Returns the file's JSON, the calibrations, and a summary.
+    """
     entries: list[dict[str, Any]] = []
     cals: dict[tuple[str, str, str], ZeroShotCalibration] = {}
     summary: dict[str, Any] = {}
+    kept_doc = json.loads(keep.read_text(encoding="utf-8")) if keep is not None else {}
+    kept = load_zero_shot_calibrations(keep).entries if keep is not None else {}
     for kind in ("choice", "noul"):
+        if kind not in kinds:  # kept as the file has it
+            entries += [e for e in kept_doc.get("calibrations", []) if e["kind"] == kind]
+            cals.update({key: cal for key, cal in kept.items() if key[2] == kind})
+            continue
         items = train[kind]
         for source in raw.sources(kind):
             engine, model = (
@@ -635,6 +700,10 @@ def fit(
             best = min(v["log_loss"] for v in loso.values())
             form = next(f for f in FORMS[kind] if loso[f]["log_loss"] <= best + 0.002)
             cal = _fit(engine, model, kind, form, _arrays(items, probs, _equal_weights(items)))
+            ceiling_info = None
+            if kind == "noul" and cal.form == "platt":
+                ceiling, ceiling_info = _ceiling(engine, model, form, items, probs)
+                cal = replace(cal, ceiling=ceiling)
             vitems = valid[kind]
             vprobs = [raw.get(source, it) for it in vitems]
             before = figures(vitems, vprobs)
@@ -660,6 +729,8 @@ def fit(
                     "calibrated": _r({k: after[k] for k in ("ece", "log_loss", "brier_skill")}),
                 },
             }
+            if ceiling_info is not None:
+                info["ceiling"] = ceiling_info
             entries.append(_entry_json(cal, info))
             cals[(engine, model, kind)] = cal
             summary[f"{engine}/{kind}"] = {
@@ -691,10 +762,14 @@ def fit(
     return document, ZeroShotCalibrations(cals), summary
 
 
+def _kind_of(items: Sequence[Item]) -> str:
+    return "choice" if isinstance(items[0].question, Choice) else "noul"
+
+
 def evaluate(raw: Raw, sets: dict[str, list[Item]], cals: ZeroShotCalibrations) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, items in sets.items():
-        kind = "choice" if isinstance(items[0].question, Choice) else "noul"
+        kind = _kind_of(items)
         for source in raw.sources(kind):
             engine, model = (
                 ("sparrow", raw.sparrow.model) if source == "sparrow" else ("embedded", raw.blended_model(source))
@@ -755,8 +830,9 @@ def markdown(results: dict[str, Any], document: dict[str, Any]) -> str:
             who = "sparrow (and the embedded engine, whose yes/no answers are sparrow's)" if kind == "noul" else shown
             lines += [f"### {who}: {title}", ""]
             head = "| set | rows | accuracy | mean confidence | ECE | AUROC | Brier skill |"
-            lines += [head + (" base rate yes | mean P(yes) |" if kind == "noul" else " OOS AUROC |")]
-            lines += ["|" + "---|" * (head.count("|") - 1 + (2 if kind == "noul" else 1))]
+            noul_tail = f" base rate yes | mean P(yes) | under {MIN_CONFIDENCE} |"
+            lines += [head + (noul_tail if kind == "noul" else " OOS AUROC |")]
+            lines += ["|" + "---|" * (head.count("|") - 1 + (3 if kind == "noul" else 1))]
             for name, r in rows:
                 a, b = r["raw"], r["calibrated"]
 
@@ -766,7 +842,7 @@ def markdown(results: dict[str, Any], document: dict[str, Any]) -> str:
                     return f"{a[key]:.3f} → {b[key]:.3f}"
 
                 tail = (
-                    f" {a['base_rate_yes']:.3f} | {arrow('mean_p_yes')} |"
+                    f" {a['base_rate_yes']:.3f} | {arrow('mean_p_yes')} | {arrow('under_min_confidence')} |"
                     if kind == "noul"
                     else f" {arrow('oos_auroc')} |"
                 )
@@ -802,6 +878,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--embedders", default=None, help="comma-separated blends to fit (default e5,minilm; e5 with --quick)"
     )
+    parser.add_argument(
+        "--kinds",
+        default="choice,noul",
+        help="question types to fit and measure (default choice,noul); the others are kept as the file has them",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     started = time.perf_counter()
@@ -817,6 +898,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"[red]--embedders: each one of {', '.join(EMBEDDERS)}[/red]")
         return 2
     write = args.write or (args.out / f"{CALIBRATION_FILE}.quick" if args.quick else SHIPPED)
+    kinds = tuple(args.kinds.split(","))
+    if not set(kinds) <= {"choice", "noul"}:
+        console.print("[red]--kinds: each one of choice, noul[/red]")
+        return 2
     raw = Raw(RawCache(args.out / "cache"), embedders)
     report: dict[str, Any] = {"rows_per_fit_set": n, "rows_per_eval_set": n_eval, "embedders": list(embedders)}
     if args.evaluate_only:
@@ -825,9 +910,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         train = fit_sets(source, args.out, n, "train")
         valid = fit_sets(source, args.out, max(n // 2, 20), "validation")
-        raw.fill([*train["choice"], *train["noul"]], "fit sets (train)")
-        raw.fill([*valid["choice"], *valid["noul"]], "fit sets (validation)")
-        document, cals, summary = fit(raw, train, valid, n)
+        raw.fill([it for kind in kinds for it in train[kind]], "fit sets (train)")
+        raw.fill([it for kind in kinds for it in valid[kind]], "fit sets (validation)")
+        document, cals, summary = fit(raw, train, valid, n, kinds, keep=write if write.exists() else None)
         write.parent.mkdir(parents=True, exist_ok=True)
         write.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
         console.print(f"wrote {write}")
@@ -835,6 +920,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report["written"] = str(write)
     if args.evaluate or args.evaluate_only:
         sets = eval_sets(source, args.out, n_eval)
+        sets = {name: items for name, items in sets.items() if _kind_of(items) in kinds}
         raw.fill([it for items in sets.values() for it in items], "evaluation sets")
         report["evaluation"] = evaluate(raw, sets, cals)
         _show(report["evaluation"])

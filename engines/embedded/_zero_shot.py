@@ -10,7 +10,12 @@ split), so that zero-shot confidences are calibrated out of the box. Its forms:
 * ``temperature`` (choice, score): ``q_i ∝ p_i ** beta`` with ``beta = beta0 + beta_log_k * ln K``
   for ``K`` options (``K`` clipped to the range fitted on); ``beta > 0`` keeps the order of the options.
 * ``platt`` (noul): ``logit(q_yes) = slope * logit(p_yes) + bias``; with ``bias = 0`` it is a
-  temperature, and it keeps the order of P(yes) across states.
+  temperature, and it keeps the order of P(yes) across states. Its ``ceiling`` (1 when absent) is
+  the most confidence an answer may have: both options are kept within ``[1 - ceiling, ceiling]``.
+  It is fitted as what the most confident answers were worth on sets they were not fitted on, so
+  that a yes/no question the model has no skill on says so by a confidence that escalates, rather
+  than by a calibrated-looking number (a calibration fitted on average sets cannot tell the sets
+  apart; the ceiling holds on every one).
 * ``identity``: left as the engine gives it (a type without public data to fit on).
 
 A model or type the file does not name is left as it is.
@@ -66,6 +71,8 @@ class ZeroShotCalibration:
     k_max: int = 1000
     slope: float = 1.0
     bias: float = 0.0
+    ceiling: float = 1.0
+    """(noul) The most confidence an answer may have (see the module's docstring)."""
     info: Mapping[str, Any] = field(default_factory=dict)
     """What it was fitted on, with how many rows, and its figures there (kept as the file has them)."""
 
@@ -85,6 +92,7 @@ class ZeroShotCalibration:
             p = min(max(probs["yes"] / (probs["yes"] + probs["no"]), _FLOOR), 1.0 - _FLOOR)
             z = self.slope * math.log(p / (1.0 - p)) + self.bias
             yes = 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+            yes = min(max(yes, 1.0 - self.ceiling), self.ceiling)
             return {name: (yes if name == "yes" else 1.0 - yes) for name in probs}
         beta = self.beta(len(probs))
         logs = {name: beta * math.log(max(p, _FLOOR)) for name, p in probs.items()}
@@ -140,6 +148,9 @@ def _entry(raw: Any, path: str, at: str) -> ZeroShotCalibration:
     k_min, k_max = _number(params, "k_min", 2, path, at), _number(params, "k_max", 1000, path, at)
     if slope <= 0:
         raise ConfigError("slope must be positive (it keeps the order of P(yes))", path=path, key=f"{at}.params.slope")
+    ceiling = _number(params, "ceiling", 1.0, path, at)
+    if not 0.5 <= ceiling <= 1.0:
+        raise ConfigError("ceiling must be within 0.5 and 1", path=path, key=f"{at}.params.ceiling")
     if not 2 <= k_min <= k_max:
         raise ConfigError("k_min and k_max must be 2 <= k_min <= k_max", path=path, key=f"{at}.params.k_min")
     info = {k: v for k, v in raw.items() if k not in ("engine", "model", "kind", "form", "params")}
@@ -154,6 +165,7 @@ def _entry(raw: Any, path: str, at: str) -> ZeroShotCalibration:
         k_max=int(k_max),
         slope=slope,
         bias=_number(params, "bias", 0.0, path, at),
+        ceiling=ceiling,
         info=info,
     )
 
