@@ -7,6 +7,13 @@
   body and answers with bytes captured from a real fastslow answer (``--body FILE``), run under the
   very uvicorn configuration ``fastslow serve`` uses (``server_config``: the guarded h11 protocol,
   its timeouts and header limit), one worker;
+* ``proxy``: the fair baseline, a FastAPI app whose ``POST /v1/policy-check`` forwards each check
+  to the stub System 1 as fastslow's jev engine does (the same Jev request for the example
+  policy's ``tool_safety`` rules, encoded by the engine's own ``build_request``, through the same
+  client: ``httpx2`` over ``fast_transport``, ``post_with_retries`` with the deadline and reply
+  cap) and answers the stub's JSON. Beside it, fastslow's figures separate what fastslow itself
+  costs from what the System-1 exchange costs (``--stub URL``), under the same uvicorn
+  configuration;
 * ``serve-switchable``: ``fastslow serve`` itself, for the batching on/off comparison. Rather than
   two servers (``FASTSLOW_EMBEDDED__BATCHING=false`` turns the batching off for a whole process),
   this process patches ``BatchingEmbedder.embed`` to go straight to the model while batching is off, and ``SIGUSR1``
@@ -78,6 +85,47 @@ def bare_app(body: bytes) -> FastAPI:
     return app
 
 
+def proxy_app(stub_url: str) -> FastAPI:
+    """FastAPI with one route that sends each check's Jev request to ``stub_url`` and answers its JSON."""
+    import httpx2
+
+    from fastslow.engines._asyncio_net import fast_transport
+    from fastslow.engines.jev._http import client_headers, post_with_retries
+    from fastslow.engines.jev._profiles import PROFILES
+    from fastslow.engines.jev._wire import build_request, encode_body
+    from fastslow.policies import BUILTIN_POLICY, load_policy
+    from fastslow.router import ReadOptions
+    from fastslow.router._checks import check_state
+    from fastslow.router.engine_api import Deadline
+
+    task = load_policy(BUILTIN_POLICY).tasks["tool_safety"]
+    questions = {f"tool_safety.{name}": rule.question for name, rule in task.rules.items()}
+    violations = {f"tool_safety.{name}": rule.action.violation for name, rule in task.rules.items()}
+    options = ReadOptions(violations=violations)
+    pool = httpx2.Limits(max_connections=64, max_keepalive_connections=64)
+    client = httpx2.AsyncClient(timeout=10.0, transport=fast_transport(pool))
+    headers = client_headers(client, {"Accept": "application/json", "Content-Type": "application/json"})
+    url = httpx2.URL(f"{stub_url}/v1/systemone")
+    app = FastAPI()
+
+    @app.post("/v1/policy-check")
+    async def policy_check(request: Request) -> Response:
+        body = await request.json()
+        wire = build_request(check_state(body["tool_call"]), questions, profile=PROFILES["jev"], model=None,
+                             options=options)  # fmt: skip
+        content, _type = encode_body(wire)
+        reply = await post_with_retries(
+            client, url, content=content, headers=headers, deadline=Deadline(10.0), max_retries=0, engine="jev"
+        )
+        return Response(content=reply.content, media_type="application/json")
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
 def _switchable() -> None:
     """Batching while ``SIGUSR2`` came last (or no signal), the bare model after ``SIGUSR1``."""
     from fastslow.engines.embedded import BatchingEmbedder
@@ -118,9 +166,10 @@ def encoder_scaling(sizes: tuple[int, ...] = (1, 4, 16, 32), repeats: int = 3) -
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("kind", choices=("stub", "bare", "serve-switchable", "encoder-scaling"))
+    parser.add_argument("kind", choices=("stub", "bare", "proxy", "serve-switchable", "encoder-scaling"))
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--body", type=Path, help="bare: the JSON bytes the route answers with")
+    parser.add_argument("--stub", help="proxy: the stub System 1's base URL")
     args, rest = parser.parse_known_args(argv)
     if args.kind == "encoder-scaling":
         print(json.dumps({"encoder": "e5-small-q4", "ms_per_text_by_batch": encoder_scaling()}))  # noqa: T201
@@ -137,6 +186,13 @@ def main(argv: list[str] | None = None) -> int:
         from fastslow.router import Settings
 
         config = server_config(bare_app(args.body.read_bytes()), Settings(), port=args.port, log_level="warning")
+        Server(config).run()
+        return 0
+    if args.kind == "proxy":
+        from fastslow.api import Server, server_config
+        from fastslow.router import Settings
+
+        config = server_config(proxy_app(args.stub), Settings(), port=args.port, log_level="warning")
         Server(config).run()
         return 0
     _switchable()

@@ -219,9 +219,10 @@ async def test_a_lone_tenant_fills_the_whole_configured_queue_without_a_503(tmp_
         policy_file=_policy(tmp_path / "policy", timeout_s=30.0),
         limits=LimitsSettings(local_engine_concurrency=1, engine_queue=8),
     )
-    # Each its own text: one state asked about at once is one shared engine call (coalescing).
+    # Each its own text (one state asked about at once is one shared engine call: coalescing), and
+    # each about a second of model work, so that all ten are in before the first is answered.
     medium = [
-        {"policies": ["tool_safety"], "text": f"check {n}: " + "please check the invoices and the shell history " * 30}
+        {"policies": ["tool_safety"], "text": f"check {n}: " + "please check the invoices and the shell history " * 60}
         for n in range(10)
     ]
     with running_api(settings) as running:
