@@ -89,14 +89,11 @@ def proxy_app(stub_url: str) -> FastAPI:
     """FastAPI with one route that sends each check's Jev request to ``stub_url`` and answers its JSON."""
     import httpx2
 
-    from fastslow.engines._asyncio_net import fast_transport
-    from fastslow.engines.jev._http import client_headers, post_with_retries
-    from fastslow.engines.jev._profiles import PROFILES
-    from fastslow.engines.jev._wire import build_request, encode_body
+    from fastslow.engines import fast_transport
+    from fastslow.engines.jev import PROFILES, build_request, encode_body, post_with_retries
     from fastslow.policies import BUILTIN_POLICY, load_policy
     from fastslow.router import ReadOptions
-    from fastslow.router._checks import check_state
-    from fastslow.router.engine_api import Deadline
+    from fastslow.router.engine_api import Deadline, check_state
 
     task = load_policy(BUILTIN_POLICY).tasks["tool_safety"]
     questions = {f"tool_safety.{name}": rule.question for name, rule in task.rules.items()}
@@ -104,7 +101,7 @@ def proxy_app(stub_url: str) -> FastAPI:
     options = ReadOptions(violations=violations)
     pool = httpx2.Limits(max_connections=64, max_keepalive_connections=64)
     client = httpx2.AsyncClient(timeout=10.0, transport=fast_transport(pool))
-    headers = client_headers(client, {"Accept": "application/json", "Content-Type": "application/json"})
+    headers = {"Accept": "application/json", "Content-Type": "application/json"}
     url = httpx2.URL(f"{stub_url}/v1/systemone")
     app = FastAPI()
 

@@ -7,6 +7,7 @@
 ``fastslow.engines.chat``.
 """
 
+from ._asyncio_net import fast_transport
 from ._learned import LearnedExampleText, LearnedSet, merge_learned
 from ._pool import EnginePool, needs_examples
 from ._registry import ENGINES, LEARNS_FROM_EXAMPLES, EngineBuild, EngineFactory, build_engine, examples_for
@@ -21,6 +22,7 @@ __all__ = [
     "LearnedSet",
     "build_engine",
     "examples_for",
+    "fast_transport",
     "merge_learned",
     "needs_examples",
 ]

@@ -44,6 +44,7 @@ from ._breaker import (
     may_retry,
 )
 from ._chat import THOUGHT_TASK, ChatEngine, ChatResult, ToolCall, ToolOutcome, ToolRunner, ToolSpec, ToolStep
+from ._checks import check_state
 from ._coalesce import CoalescingEngine
 from ._engine import DecisionEngine, EngineLimits, ReadOptions, SyncDecisionEngine
 from ._errors import (
@@ -175,6 +176,7 @@ __all__ = [
     "Usage",
     "ask_whole_sync",
     "budget_s",
+    "check_state",
     "counts_as_failure",
     "current_deadline",
     "current_span_context",
