@@ -58,6 +58,7 @@ from ._errors import (
     InvalidRequest,
     failure_summary,
 )
+from ._fair import FairGate, FairLock
 from ._fallback import FallbackChatEngine, FallbackEngine
 from ._plugins import ENGINE_GROUP, EngineContext, EnginePlugin, installed_engines, plugin_engines, settings_key
 from ._questions import (
@@ -88,8 +89,6 @@ from ._tracing import add_event as trace_event
 from ._wire import SystemOneRequest, parse_systemone_request, render_systemone_reply
 from ._work import (
     Abandoned,
-    FairGate,
-    FairLock,
     Overloaded,
     StopToken,
     budget_s,

@@ -10,7 +10,7 @@ import time
 import pytest
 from pydantic import ValidationError
 
-import fastslow.router._work as work_module
+import fastslow.router._fair as fair_module
 from fastslow.router import Overloaded, request_scope
 from fastslow.router.engine_api import (
     Abandoned,
@@ -317,7 +317,7 @@ class _Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     fake = _Clock()
-    monkeypatch.setattr(work_module, "time", fake)
+    monkeypatch.setattr(fair_module, "time", fake)
     return fake
 
 
