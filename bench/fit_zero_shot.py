@@ -50,7 +50,7 @@ import random
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -76,7 +76,7 @@ from fastslow.policies.evaluation import auroc, brier, convert, ece, log_loss, r
 from fastslow.router import Choice, Noul, Question, State
 from fastslow.router.engine_api import question_to_wire
 
-from _data import DataMissing, data_dir
+from _data import DataMissing, data_dir, wilson
 
 F64 = NDArray[np.float64]
 REPO = Path(__file__).resolve().parent.parent
@@ -567,33 +567,30 @@ def _oos_auroc(items: Sequence[Item], probs: Sequence[dict[str, float]]) -> floa
     return auroc([s for s, _ in pairs], [t for _, t in pairs])
 
 
+def _held_out(
+    engine: str, model: str, kind: str, form: str, items: Sequence[Item], raw: list[dict[str, float]]
+) -> Iterator[tuple[str, list[int], ZeroShotCalibration]]:
+    """Leave one fit set out, each in turn: the set, its rows, and the calibration fitted on the others."""
+    for held in sorted({i.group for i in items}):
+        train = [j for j, it in enumerate(items) if it.group != held]
+        tr_items = [items[j] for j in train]
+        cal = _fit(engine, model, kind, form, _arrays(tr_items, [raw[j] for j in train], _equal_weights(tr_items)))
+        yield held, [j for j, it in enumerate(items) if it.group == held], cal
+
+
 def _loso(
     engine: str, model: str, kind: str, form: str, items: Sequence[Item], raw: list[dict[str, float]]
 ) -> dict[str, Any]:
     """Leave one fit set out: fit on the others, score the one left out (log loss and ECE, mean over sets)."""
-    groups = sorted({i.group for i in items})
     losses, eces = {}, {}
-    for held in groups:
-        train = [j for j, it in enumerate(items) if it.group != held]
-        test = [j for j, it in enumerate(items) if it.group == held]
-        tr_items = [items[j] for j in train]
-        cal = _fit(engine, model, kind, form, _arrays(tr_items, [raw[j] for j in train], _equal_weights(tr_items)))
+    for held, test, cal in _held_out(engine, model, kind, form, items, raw):
         got = figures([items[j] for j in test], [cal.apply(raw[j]) for j in test])
         losses[held], eces[held] = got["log_loss"], got["ece"]
     return {
         "log_loss": float(np.mean(list(losses.values()))),
         "ece": float(np.mean(list(eces.values()))),
-        "by_set": {g: {"log_loss": round(losses[g], 4), "ece": round(eces[g], 4)} for g in groups},
+        "by_set": {g: {"log_loss": round(losses[g], 4), "ece": round(eces[g], 4)} for g in sorted(losses)},
     }
-
-
-def _wilson_low(k: float, n: int, z: float = 1.96) -> float:
-    if n == 0:
-        return 0.0
-    p = k / n
-    centre = p + z * z / (2 * n)
-    margin = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return (centre - margin) / (1 + z * z / n)
 
 
 def _ceiling(
@@ -607,19 +604,15 @@ def _ceiling(
     right, wherever it was.
     """
     pooled: list[tuple[float, bool]] = []
-    for held in sorted({i.group for i in items}):
-        train = [j for j, it in enumerate(items) if it.group != held]
-        tr_items = [items[j] for j in train]
-        cal = _fit(engine, model, "noul", form, _arrays(tr_items, [raw[j] for j in train], _equal_weights(tr_items)))
-        for j, it in enumerate(items):
-            if it.group == held:
-                q = cal.apply(raw[j])
-                answer = max(q, key=lambda o: q[o])
-                pooled.append((q[answer], answer == it.label))
+    for _held, test, cal in _held_out(engine, model, "noul", form, items, raw):
+        for j in test:
+            q = cal.apply(raw[j])
+            answer = max(q, key=lambda o: q[o])
+            pooled.append((q[answer], answer == items[j].label))
     pooled.sort(key=lambda cr: -cr[0])
     top = pooled[: max(30, int(CEILING_TOP * len(pooled)))]
     right = sum(r for _c, r in top)
-    ceiling = max(0.5, _wilson_low(right, len(top)))
+    ceiling = max(0.5, wilson(right, len(top))[0])
     info = {
         "by": f"leave one fit set out: the {CEILING_TOP:.0%} most confident held-out answers' accuracy, "
         "its lower Wilson bound",

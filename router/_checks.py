@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeAlias, cast
 
@@ -111,16 +111,17 @@ def read_size(state: State) -> int:
     return len(" ".join(text.split()))
 
 
-def unread(answer: Read, state: State, read_limit: int | None) -> str | None:
-    """Why System 1 read only part of ``state`` (``None`` when it read all of it).
+def unread(answer: Read, state_size: Callable[[], int], read_limit: int | None) -> str | None:
+    """Why System 1 read only part of a state (``None`` when it read all of it).
 
-    ``read_limit`` is the engine's ``max_read_chars``. An engine that prices what it reads in
-    tokens says so itself (``Signals.read_all``).
+    ``state_size`` gives the state's ``read_size`` (asked only when needed: it walks the whole
+    state); ``read_limit`` is the engine's ``max_read_chars``. An engine that prices what it reads
+    in tokens says so itself (``Signals.read_all``).
     """
     partial = isinstance(answer, Answer) and answer.signals.read_all is False
     if read_limit is None and not partial:
         return None
-    size = read_size(state)
+    size = state_size()
     if read_limit is not None and size > read_limit:
         return f"the state has {size} characters; System 1 reads at most {read_limit}"
     if partial:

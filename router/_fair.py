@@ -212,13 +212,15 @@ class FairGate:
     over ``capacity`` if need be, rather than waiting for the other's long requests to end. Freed
     places are then not handed on until the gate is back under ``capacity``. So no tenant holds
     more than its share while another with a share of a whole place waits, and at most
-    ``2 * capacity`` requests run at once; shares of less than a place are served by the queue. The queue is
-    work-conserving too: a tenant alone may fill all of it. When it is full, a request of a tenant
-    holding less of it than another makes room: that other tenant's newest waiter is refused with
-    ``Overloaded`` and this one waits in its place, so every tenant's share of a full queue tends to
-    an equal part, and one tenant's flood never keeps another tenant out. A request whose tenant
-    already holds as much as any other is refused at once with ``Overloaded``. One whose deadline
-    passes while it waits gets ``TimeoutError``. Per process by design: it guards this process's CPU or connections.
+    ``2 * capacity`` requests run at once; shares of less than a place are served by the queue.
+
+    The queue is work-conserving too: a tenant alone may fill all of it. When it is full, a request
+    of a tenant holding less of it than another makes room: that other tenant's newest waiter is
+    refused with ``Overloaded`` and this one waits in its place, so every tenant's share of a full
+    queue tends to an equal part, and one tenant's flood never keeps another tenant out. A request
+    whose tenant already holds as much as any other is refused at once with ``Overloaded``. One
+    whose deadline passes while it waits gets ``TimeoutError``. Per process by design: it guards
+    this process's CPU or connections.
 
     Args:
         name: the engine's name, for errors.
@@ -280,7 +282,7 @@ class FairGate:
     def _below_share(self, tenant: str) -> bool:
         """Whether ``tenant`` holds less than its share while another tenant holds more than its own."""
         if not self._held or self._turns.waiting(tenant):
-            return False  # its own earlier requests wait (it takes its turn after them), or the most is running
+            return False  # nobody holds a place, or its own earlier requests wait: it takes its turn
         present = set(self._held) | set(self._turns.tenants()) | {tenant}
         if self._held.get(tenant, 0) + 1 > self._share(tenant, present):
             return False  # a share of less than one place is served by the queue, in its turn

@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 from langchain_core.messages import BaseMessage, MessageLikeRepresentation
@@ -19,7 +20,7 @@ from opentelemetry import trace
 from ._answers import Answer, NoAnswer
 from ._breaker import failure_log_level
 from ._chat import THOUGHT_TASK, ChatEngine, ToolCall
-from ._checks import check_state, combine, context_state, more_suspicious, shadow_verdict, unread
+from ._checks import check_state, combine, context_state, more_suspicious, read_size, shadow_verdict, unread
 from ._decisions import (
     Decision,
     EngineFailure,
@@ -541,6 +542,7 @@ class Router:
         state = check_state(item)
         names = {f"{task.name}.{r}": r for r in task.rules}
         read_limit = self._engines.engine_for(task.engine, policy).limits.max_read_chars
+        state_size = cache(partial(read_size, state))  # measured once, and only if a rule's read is in doubt
         questions = {full: task.rules[r].question for full, r in names.items()}
         violations = {full: task.rules[r].action.violation for full, r in names.items()}
         asked: Asked = yield self._ask(task, policy, state, questions, violations=violations)
@@ -565,7 +567,7 @@ class Router:
             )
             if task.mode == "shadow":
                 later[full] = self._shadow_check(decision, task, policy, rule, state, incumbent, short, context)
-            elif decision.verdict == "allow" and (detail := unread(answers[full], state, read_limit)):
+            elif decision.verdict == "allow" and (detail := unread(answers[full], state_size, read_limit)):
                 # System 1 read only the start of the state: what it allowed is not all there is.
                 decision = replace(
                     decision, outcome=task.on_oversize, verdict=task.on_oversize, reason="oversize", detail=detail

