@@ -367,14 +367,18 @@ def route_kept(probabilities: dict[str, float], min_confidence: float, min_margi
     return top
 
 
-def _kept_point(scored: Sequence[tuple[dict[str, float], str]], c: float, m: float) -> tuple[float, float | None]:
-    """Kept share and kept accuracy of ``scored`` (distribution, label) under (``c``, ``m``)."""
-    kept = [(route_kept(p, c, m), label) for p, label in scored]
+Scored = tuple[dict[str, float], str, bool]
+"""A row's distribution, its label, and whether an engine signal escalated it whatever the thresholds."""
+
+
+def _kept_point(scored: Sequence[Scored], c: float, m: float) -> tuple[float, float | None]:
+    """Kept share and kept accuracy of ``scored`` under (``c``, ``m``)."""
+    kept = [(None if vetoed else route_kept(p, c, m), label) for p, label, vetoed in scored]
     right = [k == label for k, label in kept if k is not None]
     return (len(right) / len(scored) if scored else 0.0), (sum(right) / len(right) if right else None)
 
 
-def choose_thresholds(scored: Sequence[tuple[dict[str, float], str]], target: float = KEPT_ACCURACY) -> Thresholds:
+def choose_thresholds(scored: Sequence[Scored], target: float = KEPT_ACCURACY) -> Thresholds:
     """The grid point with the largest kept share at kept accuracy >= ``target``; ties to higher thresholds.
 
     When no point reaches ``target`` the strictest one (0.99, 0.3) is used, marked ``reached=False``.
@@ -402,16 +406,27 @@ def _clinc_examples(ctx: Context) -> tuple[dict[str, Any], dict[str, list[str]]]
     return task, examples
 
 
-def _route_task(template: dict[str, Any], examples: dict[str, list[str]], thresholds: Thresholds | None = None) -> Any:
+def _route_task(
+    template: dict[str, Any],
+    examples: dict[str, list[str]],
+    thresholds: Thresholds | None = None,
+    *,
+    agreement: bool = False,
+) -> Any:
+    """The route task on ``examples``; with ``agreement``, escalating whenever the encoders disagree."""
     task = json.loads(json.dumps(template))
     for route, texts in examples.items():
         task["routes"][route]["examples"] = texts
     if thresholds is not None:
         task["thresholds"] = {"min_confidence": thresholds.min_confidence, "min_margin": thresholds.min_margin}
+    if agreement:
+        task["thresholds"] = {**task.get("thresholds", {}), "min_agreement": 1.0}
     return task
 
 
-def _clinc_cv(template: dict[str, Any], examples: dict[str, list[str]], ctx: Context) -> tuple[Any, list[Any]]:
+def _clinc_cv(
+    template: dict[str, Any], examples: dict[str, list[str]], ctx: Context, *, agreement: bool = False
+) -> tuple[Any, list[Any]]:
     """A policy of one task per fold (the other folds' examples) and each fold's held-out rows."""
     items = [(route, text) for route, texts in examples.items() for text in texts]
     folds = stratified_folds([route for route, _ in items], 5, ctx.rng("clinc-cv"))
@@ -424,7 +439,7 @@ def _clinc_cv(template: dict[str, Any], examples: dict[str, list[str]], ctx: Con
                 train[route].append(text)
             else:
                 rows.append({"id": f"cv{f}-{len(rows)}", "task": f"cv{f}", "state": text, "label": route})
-        tasks[f"cv{f}"] = _route_task(template, train)
+        tasks[f"cv{f}"] = _route_task(template, train, agreement=agreement)
     return {"tasks": tasks}, rows
 
 
@@ -462,16 +477,21 @@ def route_figures(predictions: Sequence[Prediction]) -> list[dict[str, Any]]:
     ]
 
 
-async def clinc(ctx: Context, embedder: str, *, open_set_rate: float = 0.1, head: str = "adapted") -> dict[str, Any]:
-    """Section 1 for one embedder, open-set rate and head."""
+async def clinc(
+    ctx: Context, embedder: str, *, open_set_rate: float = 0.1, head: str = "adapted", agreement: bool = False
+) -> dict[str, Any]:
+    """Section 1 for one embedder, open-set rate and head; with ``agreement`` (an ensemble), its
+    tasks also escalate whenever the encoders disagree (``min_agreement: 1``), in the folds too."""
     template, examples = _clinc_examples(ctx)
     settings = ctx.runs.settings(embedder, open_set_rate=open_set_rate, head=head)
-    label = _slug("clinc", embedder, "open-set" if open_set_rate else "no-open-set", head)
-    policy, rows = _clinc_cv(template, examples, ctx)
+    label = _slug("clinc", embedder, "open-set" if open_set_rate else "no-open-set", head, *(["agree"] * agreement))
+    policy, rows = _clinc_cv(template, examples, ctx, agreement=agreement)
     cv = await ctx.runs.predictions(f"{label}-cv", rows, policy, settings)
-    chosen = choose_thresholds([(dict(p.probabilities), str(p.label)) for p in cv if p.probabilities])
+    chosen = choose_thresholds(
+        [(dict(p.probabilities), str(p.label), p.reason == "weak_signal") for p in cv if p.probabilities]
+    )
     log(f"{label}: thresholds {chosen.min_confidence} / {chosen.min_margin} (CV kept {chosen.kept:.1%})")
-    policy = {"tasks": {"clinc150-domain": _route_task(template, examples, chosen)}}
+    policy = {"tasks": {"clinc150-domain": _route_task(template, examples, chosen, agreement=agreement)}}
     test = await ctx.runs.predictions(f"{label}-test", _clinc_test(ctx), policy, settings, task="clinc150-domain")
     reasons: dict[str, int] = {}
     for p in test:
@@ -480,6 +500,7 @@ async def clinc(ctx: Context, embedder: str, *, open_set_rate: float = 0.1, head
         "embedder": embedder,
         "open_set_rate": open_set_rate,
         "head": head,
+        "min_agreement": 1.0 if agreement else None,
         "examples_per_domain": ctx.plan.clinc_examples,
         "thresholds": asdict(chosen),
         "cv_rows": len(cv),
@@ -1043,6 +1064,9 @@ def _steps(ctx: Context, only: set[str]) -> list[Step]:
         ]
         steps += [
             ("clinc", f"{e}, softmax head", partial(clinc, ctx, e, head="softmax")) for e in plan.ablation_embedders
+        ]
+        steps += [
+            ("clinc", f"{e}, agreement", partial(clinc, ctx, e, agreement=True)) for e in plan.embedders if "+" in e
         ]
     if "banking" in only:
         steps += [("banking", e, partial(banking, ctx, e)) for e in plan.embedders]

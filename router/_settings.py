@@ -93,7 +93,10 @@ class EmbeddedSettings(BaseModel):
 
     examples: Path | None = None
     """JSON or YAML file of labelled examples per question and option."""
-    embedder: Literal["auto", "minilm", "e5"] = "auto"
+    embedder: Literal["auto", "minilm", "e5", "e5+minilm"] = "auto"
+    """``auto`` is e5. ``e5+minilm`` reads with both and pools their example-trained answers, with
+    their agreement as a signal policies can escalate on (``min_agreement``); it needs MiniLM
+    installed (``docs/policies.md``) and is e5 alone, with a warning, without it."""
     open_set_rate: float = Field(default=0.1, ge=0.0, le=1.0)
     """The share of in-scope states the open-set score begins to doubt (``docs/policies.md``); 0 turns it off."""
     background: bool = True

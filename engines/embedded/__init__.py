@@ -20,6 +20,7 @@ from ._embedders import (
     minilm_available,
     verify_sha256,
 )
+from ._ensemble import ExampleEnsemble, Pool, fit_pool
 from ._example_engine import ExampleEngine, Reading
 from ._examples import ExampleSet, QuestionExamples, examples_from_mapping, load_examples
 from ._head import SoftmaxHead, fit_head
@@ -39,8 +40,10 @@ __all__ = [
     "EmbedderName",
     "EmbeddingCache",
     "ExampleEngine",
+    "ExampleEnsemble",
     "ExampleSet",
     "MiniLMEmbedder",
+    "Pool",
     "QuestionExamples",
     "Reading",
     "SoftmaxHead",
@@ -49,6 +52,7 @@ __all__ = [
     "examples_from_mapping",
     "fit_adapted_head",
     "fit_head",
+    "fit_pool",
     "load_background",
     "load_embedder",
     "load_examples",

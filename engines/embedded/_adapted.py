@@ -138,6 +138,8 @@ class AdaptedHead:
     vote_temperature: float
     temperature: float
     cv_log_loss: float
+    oof: F64 | None = None
+    """The out-of-fold probabilities behind ``cv_log_loss``, one row per example (``SoftmaxHead.oof``)."""
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -160,6 +162,8 @@ class AdaptedHead:
             adapt_targets=self.targets,
             adapt_scalars=np.array([self.blend, self.vote_temperature, self.temperature, self.cv_log_loss]),
         )
+        if self.oof is not None:
+            arrays["adapt_oof"] = self.oof.astype(np.float32)
         return arrays
 
     @classmethod
@@ -176,6 +180,7 @@ class AdaptedHead:
             vote_temperature=vote_temperature,
             temperature=temperature,
             cv_log_loss=loss,
+            oof=np.asarray(arrays["adapt_oof"], dtype=np.float64) if "adapt_oof" in arrays else None,
         )
 
 
@@ -224,6 +229,10 @@ def fit_adapted_head(
                 best = (loss, blend, vote_temperature, temperature)
     assert best is not None
     loss, blend, vote_temperature, temperature = best
+    vote = np.zeros((len(y), k))
+    for held, sims, keep in vote_sims:
+        vote[held] = _vote_from_sims(sims, y[keep], k, vote_temperature)
+    oof_logits = _blend(head_probs, vote, blend) / temperature
     return AdaptedHead(
         head=SoftmaxHead(
             labels=head.labels, weights=head.weights, bias=head.bias, temperature=head_temperature, l2=head.l2
@@ -235,6 +244,7 @@ def fit_adapted_head(
         vote_temperature=vote_temperature,
         temperature=temperature,
         cv_log_loss=loss if math.isfinite(loss) else float("nan"),
+        oof=np.exp(oof_logits - _lse(oof_logits)),
     )
 
 

@@ -62,8 +62,10 @@ def make_answer(
     model: str,
     latency_ms: float,
     read_all: bool | None = None,
+    agreement: float | None = None,
 ) -> Answer:
-    """An engine's answer; ``read_all`` False when it read only part of the state (a check's token budget)."""
+    """An engine's answer; ``read_all`` False when it read only part of the state (a check's token
+    budget); ``agreement`` the share of an ensemble's encoders whose own top option it is."""
     return Answer(
         question=name,
         kind=question.kind,
@@ -71,7 +73,7 @@ def make_answer(
         engine=engine,
         model=model,
         latency_ms=latency_ms,
-        signals=Signals(read_all=read_all) if read_all is not None else Signals(),
+        signals=Signals(read_all=read_all, agreement=agreement),
     )
 
 

@@ -34,6 +34,7 @@ from fastslow.router.settings import EmbeddedSettings
 from ._cache import EmbeddingCache
 from ._common import as_text, check_call, make_answer, option_text, with_budget
 from ._embedders import Embedder
+from ._ensemble import ExampleEnsemble
 from ._example_engine import ExampleEngine
 from ._reading import CHECK_READ_CHARS, ends, squash
 from ._sparrow import SparrowEngine
@@ -79,7 +80,7 @@ class EmbeddedEngine:
         *,
         sparrow: SparrowEngine,
         embedder: Embedder | None = None,
-        examples: ExampleEngine | None = None,
+        examples: ExampleEngine | ExampleEnsemble | None = None,
         cache: EmbeddingCache | None = None,
         cache_states: bool = False,
     ) -> None:
@@ -132,10 +133,11 @@ class EmbeddedEngine:
         zero_shot: Mapping[str, Question],
         stop: StopToken | None = None,
         violations: Mapping[str, str] | None = None,
-    ) -> tuple[dict[str, dict[str, float]], str | None, bool]:
+    ) -> tuple[dict[str, dict[str, float]], str | None, bool, dict[str, float | None]]:
         """Every distribution of one call (blocking, in steps that ``stop`` can end).
 
-        Also the blended model name, and whether a check's windows covered the whole state.
+        Also the blended model name, whether a check's windows covered the whole state, and the
+        trained questions' agreement between encoders (an ensemble's; ``None`` with one encoder).
         """
         needs_vector = bool(trained) or (
             self._temperature is not None and any(isinstance(q, Choice) for q in zero_shot.values())
@@ -143,13 +145,14 @@ class EmbeddedEngine:
         vector = None
         whole = True
         out: dict[str, dict[str, float]] = {}
+        agreements: dict[str, float | None] = {}
         if needs_vector and self.examples is not None:
             violations = violations or {}
             reading = self.examples.read(state, windows=any(n in violations for n in trained), stop=stop)
             vector = reading.ends
             whole = reading.whole
             for name, q in trained.items():
-                out[name] = self.examples.probabilities(reading, name, q, violation=violations.get(name))
+                out[name], agreements[name] = self.examples.answer(reading, name, q, violation=violations.get(name))
         elif needs_vector and self.embedder is not None:
             read = [ends(squash(as_text(state)), self.embedder.count_tokens)]
             if self.cache_states:
@@ -170,7 +173,7 @@ class EmbeddedEngine:
                 blended = f"{self.sparrow.model}*{self.embedder.name if self.embedder else ''}-similarity"
                 probs = calibrate_zero_shot(probs, engine=self.name, model=blended, kind=q.kind)
             out[name] = probs
-        return out, blended, whole
+        return out, blended, whole, agreements
 
     async def decide(
         self,
@@ -201,14 +204,23 @@ class EmbeddedEngine:
             claimed.append(True)
             t0 = time.perf_counter()
             violations = options.violations if options is not None else None
-            probs, blended, whole = await run_blocking(lambda stop: self._answer_all(st, extra, qs, stop, violations))
+            probs, blended, whole, agreements = await run_blocking(
+                lambda stop: self._answer_all(st, extra, qs, stop, violations)
+            )
             ms = (time.perf_counter() - t0) * 1000.0
             model = self.examples.model if self.examples else ""
             for name in extra:
                 # A check's rule that read only the windows its token budget holds says so.
                 read_all = whole if violations and name in violations else None
                 first[name] = make_answer(
-                    name, questions[name], probs[name], engine=self.name, model=model, latency_ms=ms, read_all=read_all
+                    name,
+                    questions[name],
+                    probs[name],
+                    engine=self.name,
+                    model=model,
+                    latency_ms=ms,
+                    read_all=read_all,
+                    agreement=agreements.get(name),
                 )
             answers = {
                 n: make_answer(

@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -27,7 +28,10 @@ from ._open_set import OPEN_SET_RATE
 from ._reading import CHECK_READ_CHARS, CHECK_READ_TOKENS, CHECK_WINDOW_CHARS, READ_TOKENS, check_reading, ends, squash
 from ._training import HeadKind, TrainedQuestion, recipe, train_question
 
-__all__ = ["ExampleEngine", "Reading"]
+if TYPE_CHECKING:
+    from ._ensemble import ExampleEnsemble
+
+__all__ = ["Covering", "ExampleEngine", "Reading", "decide_covered", "with_open_set"]
 
 log = logging.getLogger("fastslow.embedded")
 
@@ -42,6 +46,8 @@ class Reading:
     """Shape ``(n, dim)``, the ends first: a policy check's question takes its most violated row."""
     whole: bool = True
     """Whether the windows cover the whole state; else a check read only as many as its token budget holds."""
+    members: tuple[Reading, ...] = ()
+    """An ensemble's reading: each encoder's own (the fields above are its first encoder's)."""
 
 
 class ExampleEngine:
@@ -151,8 +157,11 @@ class ExampleEngine:
         return cls(load_examples(path), embedder, cache=cache)
 
     @classmethod
-    def from_settings(cls, settings: EmbeddedSettings, *, cache_dir: Path | None = None) -> ExampleEngine:
-        """Build from ``Settings.embedded``, whose ``examples`` must be set (blocking).
+    def from_settings(
+        cls, settings: EmbeddedSettings, *, cache_dir: Path | None = None
+    ) -> ExampleEngine | ExampleEnsemble:
+        """Build from ``Settings.embedded``, whose ``examples`` must be set (blocking); an ensemble
+        when ``settings.embedder`` names two encoders.
 
         Raises:
             ConfigError: no examples file, a bad one, or a model file that fails its hash check.
@@ -231,14 +240,13 @@ class ExampleEngine:
         probs = {label: float(x) for label, x in zip(head.labels, p, strict=True)}
         if trained.open_set is None or not isinstance(question, Choice):
             return probs
-        out_of_scope = float(trained.open_set.p_out(reading.ends[None, :])[0])
-        none = _none_option(trained, question)
-        if none is not None:
-            scaled = {o: (1.0 - out_of_scope) * probs.get(o, 0.0) for o in question.options}
-            scaled[none] += out_of_scope
-            return scaled
-        uniform = out_of_scope / len(probs)
-        return {o: (1.0 - out_of_scope) * v + uniform for o, v in probs.items()}
+        return with_open_set(trained, question, probs, float(trained.open_set.p_out(reading.ends[None, :])[0]))
+
+    def answer(
+        self, reading: Reading, name: str, question: Question, *, violation: str | None = None
+    ) -> tuple[dict[str, float], float | None]:
+        """``probabilities``, and the share of encoders that agree with it: none here (one encoder)."""
+        return self.probabilities(reading, name, question, violation=violation), None
 
     async def decide(
         self,
@@ -249,45 +257,7 @@ class ExampleEngine:
         options: ReadOptions | None = None,
     ) -> EngineReply:
         """Answer the covered questions about ``state``; see ``fastslow.router.engine_api.DecisionEngine``."""
-        clean = check_call(self.name, self._closed, state, questions, images)
-        violations = (options.violations if options is not None else None) or {}
-        return await with_budget(self._decide(clean, questions, violations), options, engine=self.name)
-
-    async def _decide(
-        self, state: State, questions: Mapping[str, Question], violations: Mapping[str, str]
-    ) -> EngineReply:
-        started = time.perf_counter()
-        reasons = {name: self.uncovered(name, q) for name, q in questions.items()}
-        covered = [name for name, r in reasons.items() if r is None]
-        reading = None
-        if covered:
-            windows = any(n in violations for n in covered)
-            reading = await run_blocking(lambda stop: self.read(state, windows=windows, stop=stop))
-        elapsed = (time.perf_counter() - started) * 1000.0
-        answers: dict[str, Answer | NoAnswer] = {}
-        for name, q in questions.items():
-            reason = reasons[name]
-            if reason is None and reading is not None:
-                violation = violations.get(name)
-                answers[name] = make_answer(
-                    name,
-                    q,
-                    self.probabilities(reading, name, q, violation=violation),
-                    engine=self.name,
-                    model=self.model,
-                    latency_ms=elapsed,
-                    read_all=reading.whole if violation is not None else None,
-                )
-            else:
-                answers[name] = NoAnswer(
-                    question=name,
-                    kind=q.kind,
-                    reason=reason or "no answer",
-                    engine=self.name,
-                    model=self.model,
-                    latency_ms=elapsed,
-                )
-        return EngineReply(answers=answers, engine=self.name, model=self.model, latency_ms=elapsed)
+        return await decide_covered(self, self._closed, state, questions, images, options)
 
     async def aclose(self) -> None:
         self._closed = True
@@ -301,6 +271,87 @@ def _squashed(q: QuestionExamples) -> QuestionExamples:
     return QuestionExamples(
         name=q.name, examples=examples, none_option=q.none_option, violation=q.violation, background=q.background
     )
+
+
+class Covering(Protocol):
+    """What ``decide_covered`` needs of an example-trained engine (``ExampleEngine``, ``ExampleEnsemble``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    def uncovered(self, name: str, question: Question) -> str | None: ...
+    def read(self, state: State, *, windows: bool, stop: StopToken | None = None) -> Reading: ...
+    def answer(
+        self, reading: Reading, name: str, question: Question, *, violation: str | None = None
+    ) -> tuple[dict[str, float], float | None]: ...
+
+
+async def decide_covered(
+    engine: Covering,
+    closed: bool,
+    state: State,
+    questions: Mapping[str, Question],
+    images: Sequence[Image],
+    options: ReadOptions | None,
+) -> EngineReply:
+    """``engine.decide``: the questions it covers answered from one reading of ``state`` within the
+    call's budget, a ``NoAnswer`` for the rest."""
+    clean = check_call(engine.name, closed, state, questions, images)
+    violations = (options.violations if options is not None else None) or {}
+    return await with_budget(_answered(engine, clean, questions, violations), options, engine=engine.name)
+
+
+async def _answered(
+    engine: Covering, state: State, questions: Mapping[str, Question], violations: Mapping[str, str]
+) -> EngineReply:
+    started = time.perf_counter()
+    reasons = {name: engine.uncovered(name, q) for name, q in questions.items()}
+    covered = [name for name, r in reasons.items() if r is None]
+    reading = None
+    if covered:
+        windows = any(n in violations for n in covered)
+        reading = await run_blocking(lambda stop: engine.read(state, windows=windows, stop=stop))
+    elapsed = (time.perf_counter() - started) * 1000.0
+    answers: dict[str, Answer | NoAnswer] = {}
+    for name, q in questions.items():
+        reason = reasons[name]
+        if reason is None and reading is not None:
+            violation = violations.get(name)
+            probs, agreement = engine.answer(reading, name, q, violation=violation)
+            answers[name] = make_answer(
+                name,
+                q,
+                probs,
+                engine=engine.name,
+                model=engine.model,
+                latency_ms=elapsed,
+                read_all=reading.whole if violation is not None else None,
+                agreement=agreement,
+            )
+        else:
+            answers[name] = NoAnswer(
+                question=name,
+                kind=q.kind,
+                reason=reason or "no answer",
+                engine=engine.name,
+                model=engine.model,
+                latency_ms=elapsed,
+            )
+    return EngineReply(answers=answers, engine=engine.name, model=engine.model, latency_ms=elapsed)
+
+
+def with_open_set(
+    trained: TrainedQuestion, question: Choice, probs: Mapping[str, float], out_of_scope: float
+) -> dict[str, float]:
+    """``probs`` with ``out_of_scope`` given to the "none of these" option, or spread evenly without one."""
+    none = _none_option(trained, question)
+    if none is not None:
+        scaled = {o: (1.0 - out_of_scope) * probs.get(o, 0.0) for o in question.options}
+        scaled[none] += out_of_scope
+        return scaled
+    uniform = out_of_scope / len(probs)
+    return {o: (1.0 - out_of_scope) * v + uniform for o, v in probs.items()}
 
 
 def _none_option(trained: TrainedQuestion, question: Choice) -> str | None:

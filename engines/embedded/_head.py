@@ -46,6 +46,9 @@ class SoftmaxHead:
     """The penalty cross-validation chose."""
     cv_log_loss: float | None = None
     """Out-of-fold log-loss after temperature scaling; ``None`` when there was too little data."""
+    oof: F64 | None = None
+    """The out-of-fold probabilities behind ``cv_log_loss``, one row per training row in training
+    order (an ensemble fits how it pools its members on them); ``None`` when there were no folds."""
 
     def probabilities(self, x: NDArray[np.floating]) -> F64:
         """Rows of probabilities over ``labels`` for embeddings ``x`` of shape ``(n, dim)``."""
@@ -53,12 +56,15 @@ class SoftmaxHead:
 
     def to_arrays(self) -> dict[str, NDArray[Any]]:
         """The head as named arrays (for ``np.savez``; no pickling)."""
-        return {
+        arrays: dict[str, NDArray[Any]] = {
             "labels": np.array(self.labels, dtype=str),
             "weights": self.weights,
             "bias": self.bias,
             "scalars": np.array([self.temperature, self.l2, np.nan if self.cv_log_loss is None else self.cv_log_loss]),
         }
+        if self.oof is not None:
+            arrays["oof"] = self.oof.astype(np.float32)
+        return arrays
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, NDArray[Any]]) -> SoftmaxHead:
@@ -70,6 +76,7 @@ class SoftmaxHead:
             temperature=temperature,
             l2=l2,
             cv_log_loss=None if math.isnan(loss) else loss,
+            oof=np.asarray(arrays["oof"], dtype=np.float64) if "oof" in arrays else None,
         )
 
 
@@ -237,7 +244,8 @@ def fit_head(
     folds = _folds(y, n_folds, seed)
     keeps = [np.setdiff1d(np.arange(len(y)), held) for held in folds]
     starts: list[F64 | None] = [None] * n_folds
-    best: tuple[float, float, float, F64 | None] | None = None  # (log-loss, l2, temperature, warm start)
+    # (log-loss, l2, temperature, warm start, out-of-fold logits)
+    best: tuple[float, float, float, F64 | None, F64] | None = None
     for l2 in sorted(l2_grid, reverse=True):  # strongest penalty first; each fit warm-starts the next
         oof = np.zeros((len(y), k))
         for i, (held, keep) in enumerate(zip(folds, keeps, strict=True)):
@@ -248,9 +256,9 @@ def fit_head(
         temperature = _fit_temperature(oof, y, w)
         loss = _log_loss(oof / temperature, y, w)
         if best is None or loss < best[0]:
-            best = (loss, l2, temperature, starts[0])
+            best = (loss, l2, temperature, starts[0], oof)
     assert best is not None
-    loss, l2, temperature, start = best
+    loss, l2, temperature, start, best_oof = best
     theta = _train(xs, y, k, l2, start, w)
     return SoftmaxHead(
         labels=tuple(labels),
@@ -259,4 +267,5 @@ def fit_head(
         temperature=temperature,
         l2=l2,
         cv_log_loss=loss,
+        oof=_softmax(best_oof / temperature),
     )

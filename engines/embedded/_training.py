@@ -47,7 +47,7 @@ __all__ = [
     "train_question",
 ]
 
-HEAD_FORMAT = 6
+HEAD_FORMAT = 7
 """Bumped whenever training changes, so heads cached by an older version are retrained."""
 BACKGROUND_WEIGHT = 4.0
 LENGTH_BANDS: tuple[int, ...] = (30, 80, 160, 300)
@@ -63,12 +63,21 @@ class TrainedQuestion:
     open_set: OpenSet | None = None
     none_option: str | None = None
     violation: str | None = None
+    targets: NDArray[np.intp] | None = None
+    """The option index of each row the head trained on (the examples, then any background units):
+    the rows of ``head.oof``."""
+    weights: NDArray[np.float64] | None = None
+    """Those rows' weights in training, when they were weighted (a check against its background)."""
 
     def to_arrays(self) -> dict[str, NDArray[Any]]:
         arrays = self.head.to_arrays()
         arrays["role"] = np.array([self.none_option or "", self.violation or ""], dtype=str)
         if self.open_set is not None:
             arrays.update(self.open_set.to_arrays())
+        if self.targets is not None:
+            arrays["row_targets"] = self.targets
+        if self.weights is not None:
+            arrays["row_weights"] = self.weights
         return arrays
 
     @classmethod
@@ -79,6 +88,8 @@ class TrainedQuestion:
             open_set=OpenSet.from_arrays(arrays),
             none_option=none_option,
             violation=violation,
+            targets=np.asarray(arrays["row_targets"], dtype=np.intp) if "row_targets" in arrays else None,
+            weights=np.asarray(arrays["row_weights"], dtype=np.float64) if "row_weights" in arrays else None,
         )
 
 
@@ -148,13 +159,9 @@ def train_question(
         benign = 1 - violated
         lengths = [len(t) for t, y in zip(example_texts, targets, strict=True) if y == violated]
         weights = np.concatenate([np.ones(len(rows)), background_weights(lengths, background)])
-        rule = fit_head(
-            np.vstack([x, background.vectors]),
-            labels,
-            np.concatenate([targets, np.full(len(background.units), benign, dtype=np.intp)]),
-            weights=weights,
-        )
-        return TrainedQuestion(head=rule, violation=q.violation)
+        all_targets = np.concatenate([targets, np.full(len(background.units), benign, dtype=np.intp)])
+        rule = fit_head(np.vstack([x, background.vectors]), labels, all_targets, weights=weights)
+        return TrainedQuestion(head=rule, violation=q.violation, targets=all_targets, weights=weights)
     softmax = fit_head(x, labels, targets)
     # A check reads many windows and takes the worst, measured with the softmax head: it stays so.
     adapted = fit_adapted_head(x, labels, targets) if head == "adapted" and q.violation is None else None
@@ -164,4 +171,6 @@ def train_question(
     is_noul = set(labels) == {"yes", "no"}
     wants_open_set = q.violation is None and not is_noul and open_set_rate > 0
     open_set = fit_open_set(x, targets, rate=open_set_rate) if wants_open_set else None
-    return TrainedQuestion(head=answerer, open_set=open_set, none_option=q.none_option, violation=q.violation)
+    return TrainedQuestion(
+        head=answerer, open_set=open_set, none_option=q.none_option, violation=q.violation, targets=targets
+    )
