@@ -10,7 +10,7 @@
 * ``proxy``: the fair baseline, a FastAPI app whose ``POST /v1/policy-check`` forwards each check
   to the stub System 1 as fastslow's jev engine does (the same Jev request for the example
   policy's ``tool_safety`` rules, encoded by the engine's own ``build_request``, through the same
-  client: ``httpx2`` over ``fast_transport``, ``post_with_retries`` with the deadline and reply
+  client: ``httpx2`` over ``aiohttp_transport``, ``post_with_retries`` with the deadline and reply
   cap) and answers the stub's JSON. Beside it, fastslow's figures separate what fastslow itself
   costs from what the System-1 exchange costs (``--stub URL``), under the same uvicorn
   configuration;
@@ -89,7 +89,7 @@ def proxy_app(stub_url: str) -> FastAPI:
     """FastAPI with one route that sends each check's Jev request to ``stub_url`` and answers its JSON."""
     import httpx2
 
-    from fastslow.engines import fast_transport
+    from fastslow.engines import aiohttp_transport
     from fastslow.engines.jev import PROFILES, build_request, encode_body, post_with_retries
     from fastslow.policies import BUILTIN_POLICY, load_policy
     from fastslow.router import ReadOptions
@@ -100,7 +100,7 @@ def proxy_app(stub_url: str) -> FastAPI:
     violations = {f"tool_safety.{name}": rule.action.violation for name, rule in task.rules.items()}
     options = ReadOptions(violations=violations)
     pool = httpx2.Limits(max_connections=64, max_keepalive_connections=64)
-    client = httpx2.AsyncClient(timeout=10.0, transport=fast_transport(pool))
+    client = httpx2.AsyncClient(timeout=10.0, transport=aiohttp_transport(pool))
     headers = {"Accept": "application/json", "Content-Type": "application/json"}
     url = httpx2.URL(f"{stub_url}/v1/systemone")
     app = FastAPI()

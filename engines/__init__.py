@@ -7,6 +7,7 @@
 ``fastslow.engines.chat``.
 """
 
+from ._aiohttp_net import AiohttpTransport, aiohttp_transport
 from ._asyncio_net import fast_transport
 from ._learned import LearnedExampleText, LearnedSet, merge_learned
 from ._pool import EnginePool, needs_examples
@@ -15,11 +16,13 @@ from ._registry import ENGINES, LEARNS_FROM_EXAMPLES, EngineBuild, EngineFactory
 __all__ = [
     "ENGINES",
     "LEARNS_FROM_EXAMPLES",
+    "AiohttpTransport",
     "EngineBuild",
     "EngineFactory",
     "EnginePool",
     "LearnedExampleText",
     "LearnedSet",
+    "aiohttp_transport",
     "build_engine",
     "examples_for",
     "fast_transport",

@@ -189,6 +189,22 @@ def test_the_http_service_quick_mode_measures_fastslow_beside_a_bare_route(tmp_p
     assert (tmp_path / "http.md").read_text().startswith("## HTTP policy-check service")
 
 
+@pytest.mark.slow
+def test_the_jev_client_quick_mode_times_each_client_on_the_same_exchange(tmp_path: Path) -> None:
+    command = [sys.executable, str(BENCH / "jev_client.py"), "--quick", "--out", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(summary["aiohttp_cpu_vs_httpx2"]) == {"1", "8", "32"}
+    assert summary["decision"].startswith(("use aiohttp", "keep httpx2"))
+    report = json.loads((tmp_path / "jev_client.json").read_text())
+    for row in report["by_concurrency"].values():
+        for client in ("httpx2", "aiohttp", "httpx2-aiohttp", "httpx2-bare", "httpx2-default"):
+            figures = row[client]
+            assert figures["errors"] == 0 and figures["exchanges"] == report["slices"] * report["exchanges_per_slice"]
+            assert figures["cpu_us_per_exchange"] > 0 and figures["p99_ms"] >= figures["p50_ms"] > 0
+
+
 def test_the_cli_startup_bench_times_each_command_beside_the_interpreter() -> None:
     # One run a command: the shape of the result, not a timing (speed is never a timed test).
     command = [sys.executable, str(BENCH / "cli_startup.py"), "--runs", "1"]

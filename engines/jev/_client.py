@@ -10,7 +10,7 @@ from typing import Literal
 
 import httpx2
 
-from fastslow.engines._asyncio_net import fast_transport
+from fastslow.engines._aiohttp_net import aiohttp_transport
 from fastslow.engines._http_limits import DEFAULT_MAX_REPLY_BYTES
 from fastslow.router import EngineProtocolError, Image, Question, ReadOptions, State
 from fastslow.router.engine_api import (
@@ -81,7 +81,7 @@ class JevEngine:
         self._image_upload = image_upload
         self.max_reply_bytes = max_reply_bytes
         self._owns_client = http_client is None
-        self._client = http_client or httpx2.AsyncClient(timeout=settings.timeout_s, transport=fast_transport(_POOL))
+        self._client = http_client or httpx2.AsyncClient(timeout=settings.timeout_s, transport=aiohttp_transport(_POOL))
         # A sync client of our own only beside an async one of our own: a caller's client may carry
         # a transport, proxies or certificates that a client made here would not have.
         self._owns_sync_client = http_client is None and sync_http_client is None
