@@ -37,7 +37,7 @@ create``, and a rate limit of ``RATE_LIMIT`` a minute: counted as in production,
 is a different shell command, so no cache answers in place of the service.
 
     python bench/http_service.py            # concurrency 1 / 8 / 32, embedded at all three, RSS after 20k and 100k
-    python bench/http_service.py --quick    # short slices, embedded at 32 only, RSS after 150 and 600
+    python bench/http_service.py --quick    # short slices, embedded at 32 only, RSS after 100 and 400
 
 Named ``http_service.py``, not ``http.py``: bench scripts run with ``bench/`` first on ``sys.path``,
 where a ``http.py`` would shadow the standard library's ``http`` package for every one of them.
@@ -98,7 +98,7 @@ class Sizes:
     rss_cap_s: float
 
 
-QUICK = Sizes(3, 400, 0.5, 0.25, (32,), 2, 1.0, (150, 600), 5.0)
+QUICK = Sizes(2, 400, 0.5, 0.25, (32,), 2, 1.0, (100, 400), 5.0)
 FULL = Sizes(5, 4_000, 4.0, 1.5, CONCURRENCY, 3, 4.0, (20_000, 100_000), 900.0)
 
 
@@ -219,9 +219,11 @@ def make_key(server: Server) -> None:
 
 
 def fastslow_env(data_dir: Path, **extra: str) -> dict[str, str]:
-    """A clean fastslow environment: nothing of the caller's ``FASTSLOW_*`` leaks into the run."""
+    """A clean fastslow environment: nothing of the caller's ``FASTSLOW_*`` leaks into the run, but
+    its embedding cache (``FASTSLOW_EMBEDDED__CACHE_DIR``), where set: a head read back from it is
+    the one trained, and the servers then start without training the example policy's rules again."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTSLOW_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTSLOW_") or k == "FASTSLOW_EMBEDDED__CACHE_DIR"}
     env.update(
         FASTSLOW_DATA_DIR=str(data_dir),
         FASTSLOW_SETTINGS_FILE=str(data_dir / "no-settings.toml"),

@@ -21,7 +21,7 @@ divided by its exchanges) is the client's own, plus the event loop's. The load i
 drift falls on all of them; CPU is the median over slices, p50 / p99 over every exchange.
 
     python bench/jev_client.py            # concurrency 1 / 8 / 32, 7 slices of 2,000 exchanges each
-    python bench/jev_client.py --quick    # 3 slices of 300
+    python bench/jev_client.py --quick    # 2 slices of 200
 
 The decision rule (the HTTP hot-path issue): aiohttp replaces httpx2 in the System-1 engines'
 async path only if it costs at least 25 % less CPU per exchange. The last line of stdout is one
@@ -247,10 +247,10 @@ def decide(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="3 slices of 300 exchanges (well under a minute)")
+    parser.add_argument("--quick", action="store_true", help="2 slices of 200 exchanges (seconds)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out" / "jev_client")
     args = parser.parse_args(argv)
-    slices, n, warmup = (3, 300, 100) if args.quick else (7, 2000, 500)
+    slices, n, warmup = (2, 200, 50) if args.quick else (7, 2000, 500)
     cores = _cores()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -38,6 +38,7 @@ from typing import Any
 
 import aiohttp
 import httpx2
+import yarl
 
 __all__ = ["AiohttpTransport", "aiohttp_transport"]
 
@@ -139,11 +140,15 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         session = await self._session_here()
-        content = request.content if hasattr(request, "_content") else await request.aread()
+        try:
+            content = request.content
+        except httpx2.RequestNotRead:  # a streamed body: the engines send bytes, but a caller may not
+            content = await request.aread()
         try:
             response = await session.request(
                 request.method,
-                str(request.url),
+                # Already encoded by httpx2: yarl must not quote it again.
+                yarl.URL(str(request.url), encoded=True),
                 data=content,
                 headers=request.headers.multi_items(),
                 allow_redirects=False,

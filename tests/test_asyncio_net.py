@@ -72,6 +72,18 @@ async def loopback(handler: Handler, *, tls: ssl.SSLContext | None = None) -> As
         yield state
 
 
+def request_lines(seen: list[bytes], body: bytes = b"{}") -> Handler:
+    """A handler that records each request's first line in ``seen`` and answers ``body``."""
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        seen.append(head.split(b"\r\n", 1)[0])
+        writer.write(reply(body))
+        await writer.drain()
+
+    return record
+
+
 async def echo_forever(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     while (body := await read_request(reader)) is not None:
         writer.write(reply(body))
@@ -201,14 +213,7 @@ async def test_a_compressed_reply_is_decoded_once_by_httpx2(transport: Transport
 
 async def test_the_aiohttp_transport_takes_its_proxy_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[bytes] = []
-
-    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        seen.append(head.split(b"\r\n", 1)[0])
-        writer.write(reply(b'{"via": "proxy"}'))
-        await writer.drain()
-
-    async with loopback(proxy) as server:
+    async with loopback(request_lines(seen, b'{"via": "proxy"}')) as server:
         monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.port}")
         monkeypatch.delenv("NO_PROXY", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)
@@ -238,3 +243,11 @@ async def test_the_aiohttp_transport_goes_direct_to_hosts_no_proxy_names(monkeyp
     async with loopback(echo_forever) as server, httpx2.AsyncClient(transport=aiohttp_transport(LIMITS)) as client:
         response = await client.post(f"http://127.0.0.1:{server.port}/", content=b'{"direct": true}')
     assert response.json() == {"direct": True}
+
+
+@TRANSPORTS
+async def test_an_encoded_url_goes_out_as_it_is(transport: Transport) -> None:
+    seen: list[bytes] = []
+    async with loopback(request_lines(seen)) as server, httpx2.AsyncClient(transport=transport(LIMITS)) as client:
+        await client.post(f"http://127.0.0.1:{server.port}/v1/a%2Fb?q=a%20b&r=%C3%A9", content=b"{}")
+    assert seen == [b"POST /v1/a%2Fb?q=a%20b&r=%C3%A9 HTTP/1.1"]
