@@ -16,7 +16,7 @@ score test rows, each given a benign earlier turn from elsewhere in the data:
   caught (deny or review), safe prompts denied.
 
     python bench/context.py            # every test row (about 5 minutes on two cores, warm cache)
-    python bench/context.py --quick    # 150 route rows, 100 check rows: under a minute warm
+    python bench/context.py --quick    # 80 route rows, 60 check rows, 20 examples a domain: under a minute
 
 The last line of stdout is one JSON object. System 2 is never called.
 """
@@ -136,8 +136,9 @@ async def _checks(router: Router, task: Task, benign: Sequence[str], rng: random
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     root = data_dir(args.data)
-    route = clinc_domains(root).subsample_test(150 if args.quick else None, seed=1)
-    check = xstest(root).subsample_test(100 if args.quick else None, seed=1)
+    # --quick checks that every mode runs and is reported: fewer rows, and 20 examples a domain to train on.
+    route = clinc_domains(root, per_domain=20 if args.quick else 50).subsample_test(80 if args.quick else None, seed=1)
+    check = xstest(root).subsample_test(60 if args.quick else None, seed=1)
     args.work.mkdir(parents=True, exist_ok=True)
     policy = args.work / "policy.yaml"
     policy.write_text(yaml.safe_dump(_policy(route, check), sort_keys=False, allow_unicode=True, width=200))
@@ -214,7 +215,7 @@ def render(result: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="150 route rows and 100 check rows")
+    parser.add_argument("--quick", action="store_true", help="80 route rows, 60 check rows, 20 examples a domain")
     parser.add_argument("--data", default=None, help="the shared data folder (default ../shared/data)")
     parser.add_argument("--work", type=Path, default=REPO / "bench" / "out" / "context")
     args = parser.parse_args()

@@ -293,10 +293,10 @@ async def main(argv: list[str] | None = None) -> int:
     except DataMissing as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    # --quick: fewer test inputs, and at most 30 training examples per option (CLINC: per domain). Embedding
+    # --quick: fewer test inputs, and at most 15 training examples per option (CLINC: per domain). Embedding
     # the examples cold is most of a quick run: it checks that every engine loads, answers and is timed.
-    limits = {"clinc150_domains": 100, "xstest_unsafe": 50, "prompt_injection": 50} if args.quick else {}
-    cap = 30 if args.quick else None
+    limits = {"clinc150_domains": 60, "xstest_unsafe": 30, "prompt_injection": 30} if args.quick else {}
+    cap = 15 if args.quick else None
     tasks = [t.subsample_test(limits.get(t.name), args.seed).cap_train(cap, args.seed) for t in tasks]
     n_latency = 16 if args.quick else 100
     args.out.mkdir(parents=True, exist_ok=True)
