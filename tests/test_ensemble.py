@@ -151,8 +151,12 @@ def test_the_joint_open_set_score_doubts_what_both_encoders_find_unlike_every_ex
     assert a is not None and b is not None
     joint = fit_joint_open_set((a, b), y)
     assert np.all(np.diff(joint.reference) >= 0) and len(joint.reference) == len(y)
-    assert joint.p_out([xa[0], xb[0]]) == 0.0  # an example itself is as typical as any
-    far = joint.p_out([-xa.mean(axis=0), -xb.mean(axis=0)])
+
+    def p_out(va: np.ndarray, vb: np.ndarray) -> float:
+        return joint.p_out([float(a.scores(va[None, :])[0]), float(b.scores(vb[None, :])[0])])
+
+    assert p_out(xa[0], xb[0]) == 0.0  # an example itself is as typical as any
+    far = p_out(-xa.mean(axis=0), -xb.mean(axis=0))
     assert far > 0.9
 
 

@@ -98,14 +98,12 @@ def fit_pool(a: F64 | None, b: F64 | None, targets: NDArray[np.intp] | None, wei
 class JointOpenSet:
     """The open-set score over both encoders' views (see the module's docstring)."""
 
-    members: tuple[OpenSet, ...]
     reference: F64
     """The examples' out-of-fold joint similarities, sorted."""
     rate: float
 
-    def p_out(self, vectors: Sequence[NDArray[np.floating]]) -> float:
-        """The probability that a state, embedded by each encoder in turn, is out of scope."""
-        scores = [float(m.scores(np.asarray(v)[None, :])[0]) for m, v in zip(self.members, vectors, strict=True)]
+    def p_out(self, scores: Sequence[float]) -> float:
+        """The probability that a state is out of scope, from each encoder's open-set score for it."""
         score = np.array([sum(scores) / len(scores)])
         return float(out_of_scope(conformal_p(score, self.reference), self.rate)[0])
 
@@ -113,7 +111,7 @@ class JointOpenSet:
 def fit_joint_open_set(members: Sequence[OpenSet], targets: NDArray[np.intp]) -> JointOpenSet:
     """Calibrate the joint score on the members' own examples (they list them in the same order)."""
     reference = sum((out_of_fold(m.examples, targets) for m in members), start=np.zeros(len(targets)))
-    return JointOpenSet(members=tuple(members), reference=np.sort(reference / len(members)), rate=members[0].rate)
+    return JointOpenSet(reference=np.sort(reference / len(members)), rate=members[0].rate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,25 +191,28 @@ class ExampleEnsemble:
         """The pooled distribution for ``name``, and the share of encoders whose own top option it has."""
         if len(reading.members) != len(self.members):
             raise ValueError("an ensemble answers from its own readings (ExampleEnsemble.read)")
-        own = [
-            m.probabilities(r, name, question, violation=violation)
-            for m, r in zip(self.members, reading.members, strict=True)
-        ]
         pooled = self._pooled[name]
-        labels = self.members[0].trained[name].head.labels
+        first = self.members[0].trained[name]
+        readings = list(zip(self.members, reading.members, strict=True))
+        scores: list[float] = []
         if violation is not None:
             # Each encoder's worst window, pooled.
-            parts = [np.array([p[label] for label in labels]) for p in own]
+            own = [m.probabilities(r, name, question, violation=violation) for m, r in readings]
+            parts = [np.array([p[label] for label in first.head.labels]) for p in own]
         else:
-            parts = [
-                m.trained[name].head.probabilities(r.ends[None, :])[0]
-                for m, r in zip(self.members, reading.members, strict=True)
+            # Each encoder's head and open-set score, computed once: for its own answer and for the pool.
+            both = [m.choice_parts(r, name, question) for m, r in readings]
+            own = [
+                m.choice_answer(name, question, head, score)
+                for (m, _), (head, score) in zip(readings, both, strict=True)
             ]
+            parts = [head for head, _ in both]
+            known = [score for _, score in both if score is not None]
+            scores = known if len(known) == len(both) else []
         p = pooled.pool.combine(parts[0], parts[1])
-        probs = {label: float(x) for label, x in zip(labels, p, strict=True)}
-        if violation is None and pooled.open_set is not None and isinstance(question, Choice):
-            out = pooled.open_set.p_out([r.ends for r in reading.members])
-            probs = with_open_set(self.members[0].trained[name], question, probs, out)
+        probs = {label: float(x) for label, x in zip(first.head.labels, p, strict=True)}
+        if pooled.open_set is not None and isinstance(question, Choice) and scores:
+            probs = with_open_set(first, question, probs, pooled.open_set.p_out(scores))
         top = max(probs, key=lambda k: probs[k])
         agreement = sum(1 for p_m in own if max(p_m, key=lambda k: p_m[k]) == top) / len(own)
         return probs, agreement
@@ -232,7 +233,7 @@ class ExampleEnsemble:
         await asyncio.gather(*(m.aclose() for m in self.members))
 
     def describe(self) -> dict[str, Any]:
-        """The fitted pools, for people (``fastslow doctor`` and the benchmarks)."""
+        """The fitted pools, for people reading logs and tests."""
         return {
             name: {"weight": p.pool.weight, "temperature": p.pool.temperature, "joint_open_set": p.open_set is not None}
             for name, p in self._pooled.items()

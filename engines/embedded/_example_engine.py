@@ -236,11 +236,26 @@ class ExampleEngine:
             rows = head.probabilities(reading.windows)
             p = rows[int(rows[:, head.labels.index(violation)].argmax())] if violation in head.labels else rows[0]
             return {label: float(x) for label, x in zip(head.labels, p, strict=True)}
-        p = head.probabilities(reading.ends[None, :])[0]
-        probs = {label: float(x) for label, x in zip(head.labels, p, strict=True)}
-        if trained.open_set is None or not isinstance(question, Choice):
+        return self.choice_answer(name, question, *self.choice_parts(reading, name, question))
+
+    def choice_parts(self, reading: Reading, name: str, question: Question) -> tuple[NDArray[np.float64], float | None]:
+        """What a question that is not a check is answered from: the head's distribution over its
+        labels for the state's ends, and, for a choice with an open-set score, that score."""
+        trained = self.trained[name]
+        x = reading.ends[None, :]
+        open_set = trained.open_set if isinstance(question, Choice) else None
+        score = float(open_set.scores(x)[0]) if open_set is not None else None
+        return trained.head.probabilities(x)[0], score
+
+    def choice_answer(
+        self, name: str, question: Question, head: NDArray[np.float64], score: float | None
+    ) -> dict[str, float]:
+        """The distribution ``choice_parts`` leads to: the head's, with the open-set probability added."""
+        trained = self.trained[name]
+        probs = {label: float(x) for label, x in zip(trained.head.labels, head, strict=True)}
+        if score is None or trained.open_set is None or not isinstance(question, Choice):
             return probs
-        return with_open_set(trained, question, probs, float(trained.open_set.p_out(reading.ends[None, :])[0]))
+        return with_open_set(trained, question, probs, float(trained.open_set.p_out_of(np.array([score]))[0]))
 
     def answer(
         self, reading: Reading, name: str, question: Question, *, violation: str | None = None

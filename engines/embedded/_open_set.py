@@ -72,7 +72,11 @@ class OpenSet:
 
     def p_out(self, x: NDArray[np.floating]) -> F64:
         """The probability that each row is out of scope (see the module's docstring)."""
-        return out_of_scope(self.p_values(x), self.rate)
+        return self.p_out_of(self.scores(x))
+
+    def p_out_of(self, scores: F64) -> F64:
+        """``p_out`` for rows whose ``scores`` are already known."""
+        return out_of_scope(conformal_p(scores, self.reference), self.rate)
 
     def to_arrays(self) -> dict[str, NDArray[Any]]:
         return {
