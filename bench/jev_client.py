@@ -47,7 +47,7 @@ import httpx2
 from http_service import SERVERS, Fleet, _cores, _p99, wait_ready
 
 from fastslow.engines import aiohttp_transport, fast_transport
-from fastslow.engines.jev import PROFILES, build_request, encode_body, post_with_retries
+from fastslow.engines.jev import PROFILES, build_request, client_headers, encode_body, post_with_retries
 from fastslow.policies import BUILTIN_POLICY, load_policy
 from fastslow.router import ReadOptions
 from fastslow.router.engine_api import Deadline, check_state
@@ -85,6 +85,8 @@ class Clients:
         self._fast = httpx2.AsyncClient(timeout=10.0, transport=fast_transport(limits))
         self._default = httpx2.AsyncClient(timeout=10.0, limits=limits)
         self._over_aiohttp = httpx2.AsyncClient(timeout=10.0, transport=aiohttp_transport(limits))
+        # Merged with each client's defaults once, as the jev engine does, not on every request.
+        self._headers = {id(c): client_headers(c, HEADERS) for c in (self._fast, self._default, self._over_aiohttp)}
         self._aiohttp = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=concurrency), timeout=aiohttp.ClientTimeout(total=10.0)
         )
@@ -104,7 +106,7 @@ class Clients:
             client,
             self._url,
             content=self._body,
-            headers=HEADERS,
+            headers=self._headers[id(client)],
             deadline=Deadline(10.0),
             max_retries=0,
             engine="jev",
@@ -120,7 +122,7 @@ class Clients:
 
     async def _httpx2_bare(self) -> None:
         async with asyncio.timeout(10.0):
-            reply = await self._fast.post(self._url, content=self._body, headers=HEADERS)
+            reply = await self._fast.post(self._url, content=self._body, headers=self._headers[id(self._fast)])
         reply.raise_for_status()
         json.loads(reply.content)
 

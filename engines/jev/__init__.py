@@ -6,7 +6,7 @@ Jev (``jev``), OpenRouter's alpha decisions endpoint (``openrouter``), ``laya-se
 """
 
 from ._client import MULTIPART_THRESHOLD_BYTES, JevEngine
-from ._http import backoff_s, error_message, post_with_retries, retry_after_s
+from ._http import backoff_s, client_headers, error_message, post_with_retries, retry_after_s
 from ._profiles import EXTENSIONS, PROFILES, Extension, ImageMode, JevProfile
 from ._wire import (
     DEFAULT_NOUL_CRITERIA,
@@ -32,6 +32,7 @@ __all__ = [
     "WireRequest",
     "backoff_s",
     "build_request",
+    "client_headers",
     "encode_body",
     "error_message",
     "parse_reply",
