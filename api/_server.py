@@ -19,8 +19,9 @@ The body's limits (size, ``server.body_timeout_s``) are the app's: ``fastslow.ap
 ``conn`` attribute made in ``__init__`` (and handed to each request cycle), ``handle_events``
 answering an ``h11.RemoteProtocolError`` through ``send_400_response``, ``connection_made``,
 ``connection_lost`` and ``on_response_complete``. It was written against uvicorn 0.54.0; those
-members read the same from 0.40.0 on (compared in uvicorn's history), and the tests pass on 0.40.0
-and 0.54.0, the range ``pyproject.toml`` pins. Check them again before widening it.
+members read the same from 0.40.0 on (compared in uvicorn's history), and the tests passed on 0.40.0
+and pass on 0.54.0. ``pyproject.toml`` pins 0.53 to 0.54: ``fastslow serve --workers`` calls the
+supervisor as 0.53 reshaped it (``Multiprocess(config, sockets)``). Check both again before widening it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import gc
 import http
 import socket
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import h11
 import uvicorn
@@ -44,12 +45,13 @@ from fastslow.router.settings import ServerSettings
 
 from .app import ErrorBody, ErrorDetail
 
-__all__ = ["GuardedConnection", "GuardedH11Protocol", "Server", "protocol_for", "server_config"]
+__all__ = ["GuardedConfig", "GuardedConnection", "GuardedH11Protocol", "Server", "server_config"]
 
 _OURS = ("http", "ws", "lifespan", "timeout_keep_alive", "h11_max_incomplete_event_size", "proxy_headers")
 _KINDS = {400: "bad_request", 431: "headers_too_large", 501: "not_implemented"}
 # h11's default when a config sets no limit (uvicorn falls back to the same number).
 _H11_DEFAULT_MAX_INCOMPLETE = 16 * 1024
+_DEFAULT_HEADER_TIMEOUT_S = ServerSettings().header_timeout_s
 
 
 def _framing_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -65,6 +67,17 @@ def _head_size(event: h11.Request) -> int:
     # The request line and each header line as sent, CRLFs included (h11 keeps the raw names).
     line = len(event.method) + len(event.target) + len(b"HTTP/") + len(event.http_version) + 4
     return line + sum(len(name) + len(value) + 4 for name, value in event.headers.raw_items()) + 2
+
+
+def _no_delay(transport: asyncio.BaseTransport) -> None:
+    # asyncio sets TCP_NODELAY only on sockets whose proto is IPPROTO_TCP, and a socket accepted
+    # from one uvicorn made with socket.socket(family) (``fastslow serve --workers``, whose workers
+    # share the supervisor's socket) has proto 0: a response written in two parts then waited for
+    # the client's delayed ACK, about 40 ms a request (bench/workers.py: 72 ms against 25 at one caller).
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class GuardedConnection(h11.Connection):
@@ -109,13 +122,30 @@ class GuardedConnection(h11.Connection):
         return event
 
 
+class GuardedConfig(uvicorn.Config):
+    """uvicorn's configuration with the header timeout ``GuardedH11Protocol`` enforces.
+
+    The timeout travels in the configuration, not in a protocol class made per setting, so that
+    ``fastslow serve --workers N`` can hand it to worker processes: uvicorn pickles its
+    configuration into each one, and a class made inside a function cannot be pickled.
+
+    Args:
+        app: the ASGI app, or for worker processes an import string (``"package.module:factory"``).
+        header_timeout_s: seconds a connection has to deliver a request's complete headers.
+        **kwargs: ``uvicorn.Config``'s other options.
+    """
+
+    def __init__(self, app: Any, *, header_timeout_s: float, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self.header_timeout_s = header_timeout_s
+
+
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with a header timeout and ``GuardedConnection``'s refusals.
 
-    Build it with ``protocol_for(settings.server)``, which sets ``header_timeout_s``.
+    The header timeout is ``GuardedConfig.header_timeout_s`` (``server_config`` makes one); under a
+    plain ``uvicorn.Config`` it is ``server.header_timeout_s``'s default.
     """
-
-    header_timeout_s: ClassVar[float] = ServerSettings().header_timeout_s
 
     def __init__(
         self,
@@ -125,13 +155,17 @@ class GuardedH11Protocol(H11Protocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
+        self._header_timeout_s = (
+            config.header_timeout_s if isinstance(config, GuardedConfig) else _DEFAULT_HEADER_TIMEOUT_S
+        )
         limit = config.h11_max_incomplete_event_size or _H11_DEFAULT_MAX_INCOMPLETE
         # Replaced before the connection is made: uvicorn hands self.conn to each request cycle.
         self.conn = GuardedConnection(max_header_bytes=limit, on_request=self._headers_complete)
         self._header_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        """Start the clock on the first request's headers."""
+        """Send without Nagle's delay, and start the clock on the first request's headers."""
+        _no_delay(transport)
         super().connection_made(transport)
         self._arm_header_timer()
 
@@ -172,7 +206,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def _arm_header_timer(self) -> None:
         self._disarm_header_timer()
-        self._header_timer = self.loop.call_later(self.header_timeout_s, self._header_timeout)
+        self._header_timer = self.loop.call_later(self._header_timeout_s, self._header_timeout)
 
     def _disarm_header_timer(self) -> None:
         if self._header_timer is not None:
@@ -183,7 +217,7 @@ class GuardedH11Protocol(H11Protocol):
         self._header_timer = None
         if self.transport.is_closing():
             return
-        self.logger.debug("closing a connection that sent no complete request headers in %s s", self.header_timeout_s)
+        self.logger.debug("closing a connection that sent no complete request headers in %s s", self._header_timeout_s)
         with contextlib.suppress(h11.LocalProtocolError):
             self.conn.send(h11.ConnectionClosed())
         self.transport.close()
@@ -205,28 +239,19 @@ class Server(uvicorn.Server):
             gc.freeze()
 
 
-def protocol_for(server: ServerSettings) -> type[GuardedH11Protocol]:
-    """``GuardedH11Protocol`` with ``server``'s header timeout (uvicorn builds one per connection)."""
-
-    class Protocol(GuardedH11Protocol):
-        header_timeout_s = server.header_timeout_s
-
-    return Protocol
-
-
 def server_config(
-    app: Callable[..., Any],
+    app: Callable[..., Any] | str,
     settings: Settings,
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
     log_level: str | None = "info",
     **uvicorn_kw: Any,
-) -> uvicorn.Config:
+) -> GuardedConfig:
     """The uvicorn configuration the API runs under, with ``settings.server``'s protections.
 
     Args:
-        app: the ASGI app (``create_app(settings)``).
+        app: the ASGI app (``create_app(settings)``), or an import string with ``factory=True``.
         settings: fastslow's settings; ``settings.server`` sets the connection limits.
         host: interface to listen on.
         port: TCP port to listen on.
@@ -243,16 +268,17 @@ def server_config(
     if taken:
         raise ValueError(f"server_config sets {', '.join(taken)} itself")
     server = settings.server
-    return uvicorn.Config(
+    return GuardedConfig(
         app,
+        header_timeout_s=server.header_timeout_s,
         host=host,
         port=port,
         log_level=log_level,
-        http=protocol_for(server),
+        http=GuardedH11Protocol,
         ws="none",  # no websocket route, and no websocket library imported
         lifespan="on",
         # uvicorn annotates an int, but only hands it to loop.call_later, which takes seconds as a float.
-        timeout_keep_alive=server.keep_alive_timeout_s,  # type: ignore[arg-type]
+        timeout_keep_alive=server.keep_alive_timeout_s,
         h11_max_incomplete_event_size=server.max_header_bytes,
         # The client's address is the peer's, or what a proxy in auth_throttle.trusted_proxies says
         # (api/app/_throttle.py): uvicorn's own reading of X-Forwarded-For (trusting 127.0.0.1 by

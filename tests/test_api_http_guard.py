@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import pytest
 import uvicorn
 
-from fastslow.api._server import server_config
+from fastslow.api._server import _no_delay, server_config
 from fastslow.api.app import RateLimit, create_app
 from fastslow.api.store import DecisionStore, database_url_for
 from fastslow.router import Settings
@@ -461,3 +461,30 @@ def test_a_refusal_before_the_body_leaves_the_connection_usable(api: RunningApi)
     assert refused.status == 401
     assert "connection" not in refused.headers
     assert after.status == 200
+
+
+async def test_a_connection_accepted_from_a_socket_uvicorn_bound_sends_without_nagles_delay() -> None:
+    # uvicorn binds the socket its workers share as socket.socket(family): proto 0, on which asyncio
+    # leaves Nagle's algorithm on for every accepted connection (about 40 ms a response, measured).
+    listener = socket.socket(socket.AF_INET)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    loop = asyncio.get_running_loop()
+    seen: asyncio.Future[tuple[int, int]] = loop.create_future()
+
+    class Probe(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            sock = transport.get_extra_info("socket")
+            before = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            _no_delay(transport)
+            seen.set_result((before, sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)))
+            transport.close()
+
+    server = await loop.create_server(Probe, sock=listener)
+    try:
+        _reader, writer = await asyncio.open_connection(*listener.getsockname())
+        assert await asyncio.wait_for(seen, 10) == (0, 1)
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from test_api_kill import _free_port
 
 from fakes.embedded import child_env
+from fakes.serving import free_port
 
 _APP = """
 import gc, sys
@@ -32,7 +32,7 @@ Server(server_config(app, Settings(), port=int(sys.argv[1]), log_level="warning"
 
 @pytest.mark.slow
 def test_the_heap_alive_at_startup_is_frozen_and_collection_stays_on(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = child_env()
     log = tmp_path / "server.log"
     with log.open("wb") as sink:

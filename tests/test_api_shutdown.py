@@ -11,11 +11,12 @@ from typing import Any
 
 import httpx2
 import pytest
-from test_api_kill import CALLS, _cli, _env, _serving
+from test_api_kill import CALLS
 
 from fakes.api_server import api_client
 from fakes.databases import database_url, postgres_schema_url  # noqa: F401  (fixtures)
 from fakes.jev_server import running_jev_server
+from fakes.serving import cli, serve_env, serving
 
 IN_FLIGHT = 6
 SLOW_ENGINE_S = 1.5
@@ -33,13 +34,13 @@ async def test_sigterm_drains_the_checks_in_flight_and_keeps_their_decisions(
 ) -> None:
     async with running_jev_server("jev") as engine:
         engine.compute_delay_s = SLOW_ENGINE_S  # every check is still waiting on System 1 at SIGTERM
-        env = _env(tmp_path, database_url)
+        env = serve_env(tmp_path, database_url)
         env.update(FASTSLOW_ENGINE="jev", FASTSLOW_JEV__BASE_URL=engine.url, FASTSLOW_JEV__PROFILE="jev")
-        created = _cli(env, "keys", "create", "--tenant", "acme")
+        created = cli(env, "keys", "create", "--tenant", "acme")
         assert created.returncode == 0, created.stderr
         key = created.stdout.strip()
         log = tmp_path / "serve.log"
-        with _serving(env, log) as (process, url):
+        with serving(env, log) as (process, url):
             async with api_client(url, key, timeout=30.0) as http:
                 asked = len(engine.requests)
                 # Distinct calls: identical ones would share one engine request (coalescing).
@@ -58,7 +59,7 @@ async def test_sigterm_drains_the_checks_in_flight_and_keeps_their_decisions(
         assert [r.status_code for r in responses] == [200] * IN_FLIGHT, [r.text for r in responses]
         acknowledged = [rule["decision_id"] for r in responses for rule in r.json()["rules"]]
         engine.compute_delay_s = 0.0
-        with _serving(env, log) as (_process, url):
+        with serving(env, log) as (_process, url):
             async with api_client(url, key) as http:
                 statuses = [(await http.get(f"/v1/decisions/{d}")).status_code for d in acknowledged]
     assert statuses == [200] * len(acknowledged)

@@ -19,13 +19,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from test_api_kill import _free_port
-
 from fakes.api_server import REPO, api_client, new_key, test_settings
 from fakes.embedded import child_env
 from fakes.jev_server import running_jev_server
 from fakes.otlp import ExportedSpan, running_otlp_receiver
 from fakes.processes import wait_until_answering
+from fakes.serving import free_port
 
 STARTUP_S = 120.0
 SERVER, CLIENT = 2, 3  # OTLP's Span.SpanKind
@@ -73,7 +72,7 @@ def serve_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 @contextmanager
 def serving(env: dict[str, str], out: Path, err: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """``fastslow serve`` on a free port until the block ends (then SIGTERM, as a container stop sends)."""
-    port = _free_port()
+    port = free_port()
     with out.open("wb") as stdout, err.open("wb") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "fastslow.api.cli", "serve", "--port", str(port)],

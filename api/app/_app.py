@@ -32,7 +32,7 @@ from ._docs import DOCS_URL, install_docs
 from ._errors import install_error_handlers
 from ._jev_schemas import jev_components
 from ._keycache import KeyCache
-from ._metrics import ApiMetrics
+from ._metrics import ApiMetrics, breaker_states
 from ._ratelimit import RateLimit, RateLimiter
 from ._revocations import revocation_watch
 from ._services import Services
@@ -106,6 +106,7 @@ def _lifespan(settings: Settings, limit: RateLimit) -> Callable[[FastAPI], Any]:
                 keys=KeyCache(settings.auth_cache_s, watch=revocations),
                 throttle=AuthThrottle(settings.auth_throttle, on_refused=metrics.auth_throttled.inc),
             )
+            await stack.enter_async_context(metrics.observing_breakers(lambda: breaker_states(runtime)))
             log.info("fastslow API ready: policy %s, engine %s", runtime.store.version, settings.engine)
             yield {"services": services}
 

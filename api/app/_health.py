@@ -40,6 +40,7 @@ from fastslow.router import ConfigError, EngineError, PolicySet, Router
 from fastslow.router.engine_api import DecisionEngine
 from fastslow.router.settings import System2Settings
 
+from ._metrics import breaker_states
 from .deps import ServicesDep
 
 __all__ = ["router"]
@@ -253,8 +254,5 @@ def _system2_status(policy: PolicySet, settings: System2Settings) -> str:
 )
 async def metrics(services: ServicesDep) -> Response:
     """Prometheus metrics: decisions, escalations, engine latency and errors, breakers, policy reloads."""
-    runtime = services.runtime
-    states: dict[str, str] = {name: snap.state for name, snap in runtime.engines.breakers().items()}
-    states |= {f"system2:{ref}": snap.state for ref, snap in runtime.chats.breakers().items()}
-    services.metrics.observe_breakers(states)
+    services.metrics.observe_breakers(breaker_states(services.runtime))
     return Response(services.metrics.render(), media_type=services.metrics.content_type)

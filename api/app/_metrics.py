@@ -12,27 +12,45 @@ value, so take ``max`` across instances, never ``sum``.
 
 No label carries a tenant, a key or request text: label values come from the policy file (task
 names), the engine registry, or small fixed sets.
+
+Under ``fastslow serve --workers N`` each worker is a process of its own, and one scrape reaches one
+of them. prometheus-client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, which the supervisor
+sets before it starts the workers) keeps every worker's counters and histograms in files there, and
+the worker that answers a scrape reports their sum: a dead worker's counts stay in the sum, so the
+counters never go backwards when a worker is replaced. The breaker gauge is each live worker's worst
+state (``livemax``); the ``fastslow_log_*`` gauges are the answering worker's own reading of the log.
 """
 
 from __future__ import annotations
 
+import contextlib
+import glob
+import logging
 import math
+import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
-from fastslow.router import Decision
+from fastslow.router import Decision, polling
 from fastslow.router.engine_api import CallRecord
 
 if TYPE_CHECKING:
+    from fastslow.api._compose import Runtime
     from fastslow.api.store import LogSummary
     from fastslow.policies.tuning import Drift
 
-__all__ = ["ApiMetrics", "LogFigures"]
+__all__ = ["BREAKER_REFRESH_S", "ApiMetrics", "LogFigures", "breaker_states"]
+
+log = logging.getLogger("fastslow.api")
+
+BREAKER_REFRESH_S = 5.0
+"""How often a worker of several writes its breakers' states for the others' scrapes."""
 
 _TIMEOUTS = frozenset({"EngineTimeout", "TimeoutError", "CancelledError"})
 """A call's failures (``CallRecord.error``) that are timeouts: a cancelled call was cut off at its caller's deadline."""
@@ -139,13 +157,36 @@ class LogFigures(Collector):
         yield checked
 
 
+def breaker_states(runtime: Runtime) -> dict[str, str]:
+    """Every network System-1 engine's and System-2 model's breaker state, as the gauge names them."""
+    states: dict[str, str] = {name: snap.state for name, snap in runtime.engines.breakers().items()}
+    return states | {f"system2:{ref}": snap.state for ref, snap in runtime.chats.breakers().items()}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        pass
+    return True
+
+
 class ApiMetrics:
-    """The API's metrics, registered in their own ``CollectorRegistry``."""
+    """The API's metrics, registered in their own ``CollectorRegistry``.
+
+    Where ``PROMETHEUS_MULTIPROC_DIR`` is set (a worker of ``fastslow serve --workers N``), ``render``
+    reports every worker's figures from that directory (the module docstring).
+    """
 
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        # prometheus-client reads the same variable when it is first imported to choose where values
+        # live (memory, or files there), so the two always agree within a process.
+        self._multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
         self.decisions = Counter(
             "fastslow_decisions",
             "Decisions recorded, by task, the system that settled them (1 or 2) and the verdict of checks.",
@@ -227,6 +268,7 @@ class ApiMetrics:
             "replica: 0 closed, 1 half-open, 2 open.",
             ["engine"],
             registry=self.registry,
+            multiprocess_mode="livemax",  # the worst state of the live workers' breakers
         )
 
     def observe_breakers(self, states: Mapping[str, str]) -> None:
@@ -275,6 +317,48 @@ class ApiMetrics:
         elif latency_ms is not None:
             self.engine_latency.labels(engine).observe(latency_ms / 1000.0)
 
+    @contextlib.asynccontextmanager
+    async def observing_breakers(
+        self, states: Callable[[], Mapping[str, str]], *, every_s: float = BREAKER_REFRESH_S
+    ) -> AsyncIterator[None]:
+        """Under workers, write ``states()`` every ``every_s`` seconds while the block runs.
+
+        A scraper keeps its connection open, so one worker answers every scrape: the others'
+        breakers reach the gauge only if they write them on their own. Alone, a process writes
+        them when scraped (``/metrics``) and this does nothing.
+        """
+        if not self.multiprocess:
+            yield
+            return
+
+        async def observe() -> None:
+            self.observe_breakers(states())
+
+        async with polling(
+            observe, every_s, name="fastslow-breaker-gauge", log=log, failure="breaker gauge", at_once=True
+        ):
+            yield
+
+    @property
+    def multiprocess(self) -> bool:
+        """Whether this process is one of several workers whose figures ``render`` sums."""
+        return self._multiprocess_dir is not None
+
     def render(self) -> bytes:
-        """The registry in Prometheus' text format."""
-        return generate_latest(self.registry)
+        """The registry in Prometheus' text format; under workers, every worker's figures summed."""
+        if self._multiprocess_dir is None:
+            return generate_latest(self.registry)
+        self._forget_dead_workers(self._multiprocess_dir)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=self._multiprocess_dir)  # type: ignore[no-untyped-call]
+        registry.register(self.log_figures)
+        return generate_latest(registry)
+
+    @staticmethod
+    def _forget_dead_workers(path: str) -> None:
+        # A live gauge's file is kept until its process is marked dead; uvicorn's supervisor has no
+        # hook for that, so the worker answering a scrape drops the files of workers that are gone.
+        for name in glob.glob(os.path.join(path, "gauge_live*_*.db")):
+            pid = os.path.basename(name).removesuffix(".db").rsplit("_", 1)[-1]
+            if pid.isdigit() and not _alive(int(pid)):
+                mark_process_dead(int(pid), path)  # type: ignore[no-untyped-call]

@@ -10,7 +10,7 @@ See ``docs/store.md`` for the tables, the durability promise and how keys are ke
 """
 
 from ._codec import hash_key
-from ._engine import database_url_for, upgrade
+from ._engine import database_url_for, sqlite_path, upgrade
 from ._idempotency import IdempotencyKeyTaken, IdempotentRequest, StoredResponse, request_hash
 from ._learned import LearnedExample, LearnedExamples, LearnOutcome, LearnSource
 from ._models import AnswerRow, DecisionRow, LatencyRollupRow, OutcomeRow, RateWindowRow, RollupRow
@@ -77,5 +77,6 @@ __all__ = [
     "retention_cutoff",
     "review_event_body",
     "rollups_of",
+    "sqlite_path",
     "upgrade",
 ]
