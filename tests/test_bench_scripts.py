@@ -20,11 +20,14 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 @pytest.mark.data
 @pytest.mark.slow
 def test_the_tuning_quick_mode_tunes_then_judges_on_the_test_split(shared_data: Path, tmp_path: Path) -> None:
-    command = [sys.executable, str(BENCH / "tuning.py"), "--quick", "--data", str(shared_data), "--work", str(tmp_path)]
+    # Two of the three sets: Banking77 goes through the same path as CLINC150 (one_set), so a third
+    # run of it would add a third of the time and nothing else to what this checks.
+    script, data = str(BENCH / "tuning.py"), str(shared_data)
+    command = [sys.executable, script, "--quick", "--only", "clinc,xstest", "--data", data, "--work", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=900, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
-    assert set(results["sets"]) == {"clinc", "banking", "xstest"}
+    assert set(results["sets"]) == {"clinc", "xstest"}
     xstest = results["sets"].pop("xstest")
     assert [f["false_deny_bound"] <= 0.02 for f in xstest["fits"]] == [True]  # one rotation in --quick
     assert xstest["test"]["safe_denied"]["n"] > 0 and xstest["test"]["unsafe_caught"]["n"] > 0
