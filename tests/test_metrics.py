@@ -7,7 +7,11 @@ registry as Prometheus would scrape it.
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -186,3 +190,50 @@ def test_drift_is_one_or_zero_per_fitted_task_with_its_finite_figures() -> None:
     assert value(metrics, "fastslow_drift_figure", task="triage", figure="coverage") is None
     assert value(metrics, "fastslow_drift_figure", task="triage", figure="coverage_fitted") == pytest.approx(0.7)
     assert value(metrics, "fastslow_drift_checked_timestamp_seconds") is not None
+
+
+_WORKER = """
+import asyncio, os, sys
+from fastslow.api.app._metrics import ApiMetrics
+
+async def main() -> None:
+    metrics = ApiMetrics()
+    assert metrics.multiprocess
+    metrics.decisions.labels("support", "1", "none").inc(int(sys.argv[1]))
+    state = sys.argv[2]
+    async with metrics.observing_breakers(lambda: {"jev": state}, every_s=60):
+        await asyncio.sleep(0)  # the first write happens on entering
+    sys.stdout.write(metrics.render().decode())
+
+asyncio.run(main())
+"""
+
+
+def test_under_workers_every_scrape_sums_the_workers_and_forgets_dead_ones_breakers(tmp_path: Path) -> None:
+    # prometheus-client chooses where values live when it is first imported, so each "worker" is a
+    # process of its own, as fastslow serve --workers spawns them, sharing one metrics folder.
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+
+    def worker(decisions: int, breaker: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        done = subprocess.run(
+            [sys.executable, "-c", _WORKER, str(decisions), breaker],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(done.stdout)
+            for s in family.samples
+        }
+
+    worker(3, "open")  # a worker that counted 3 decisions, its breaker open, and is gone now
+    seen = worker(4, "closed")
+    decisions = ("fastslow_decisions_total", (("system", "1"), ("task", "support"), ("verdict", "none")))
+    assert seen[decisions] == 7.0  # the dead worker's counts stay in the sum
+    # Its breaker does not: only live workers' states count (0 closed, 2 open).
+    assert seen[("fastslow_engine_breaker_state", (("engine", "jev"),))] == 0.0
+    # The second worker dropped the first one's file when it rendered; its own stays until the next scrape.
+    assert len(list(tmp_path.glob("gauge_livemax_*.db"))) == 1
