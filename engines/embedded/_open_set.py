@@ -61,15 +61,6 @@ class OpenSet:
         out: F64 = (z @ self.examples.T).max(axis=1)
         return out
 
-    def p_values(self, x: NDArray[np.floating]) -> F64:
-        """The share of in-scope examples no more typical than each row (conformal, interpolated).
-
-        Interpolated between the reference scores rather than counted, so that a few dozen examples
-        give a smooth value instead of steps of ``1 / (n + 1)``; below the least typical example it
-        falls linearly to 0 over one mean gap between reference scores.
-        """
-        return conformal_p(self.scores(x), self.reference)
-
     def p_out(self, x: NDArray[np.floating]) -> F64:
         """The probability that each row is out of scope (see the module's docstring)."""
         return self.p_out_of(self.scores(x))
@@ -99,7 +90,13 @@ class OpenSet:
 
 
 def conformal_p(scores: F64, reference: F64) -> F64:
-    """``OpenSet.p_values`` for ``scores`` against the sorted in-scope ``reference`` scores."""
+    """The share of in-scope examples no more typical than each of ``scores`` (conformal, interpolated),
+    against the sorted in-scope ``reference`` scores.
+
+    Interpolated between the reference scores rather than counted, so that a few dozen examples
+    give a smooth value instead of steps of ``1 / (n + 1)``; below the least typical example it
+    falls linearly to 0 over one mean gap between reference scores.
+    """
     n = len(reference)
     gap = max((float(reference[-1]) - float(reference[0])) / max(n - 1, 1), 1e-6)
     knots = np.concatenate([[reference[0] - gap], reference])
