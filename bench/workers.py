@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -45,6 +46,7 @@ from http_service import (
     Server,
     Slice,
     _client,
+    _cpu_s,
     _ratio,
     fastslow_env,
     load,
@@ -53,7 +55,6 @@ from http_service import (
     wait_ready,
 )
 
-TICKS = os.sysconf("SC_CLK_TCK")
 CONCURRENCY = (8, 32)
 
 
@@ -80,14 +81,12 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def _cpu_s(pids: list[int]) -> float:
+def _tree_cpu_s(pids: list[int]) -> float:
+    """User plus system CPU seconds of ``pids`` so far (one that has ended counts no more)."""
     total = 0.0
     for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / TICKS
+        with contextlib.suppress(OSError):
+            total += _cpu_s(pid)
     return total
 
 
@@ -118,9 +117,9 @@ def _connections(pid: int, port: int) -> int:
 
 async def _measured(client: Any, server: Server, checks: Checks, c: int, slice_s: float) -> Slice:
     pids = _tree(server.pid)
-    server_cpu, generator_cpu = _cpu_s(pids), time.process_time()
+    server_cpu, generator_cpu = _tree_cpu_s(pids), time.process_time()
     out = await load(client, checks, c, 1_000_000, slice_s)
-    out.server_cpu_s = _cpu_s(pids) - server_cpu
+    out.server_cpu_s = _tree_cpu_s(pids) - server_cpu
     out.generator_cpu_s = time.process_time() - generator_cpu
     return out
 
@@ -154,7 +153,7 @@ async def run(workers: int, slices: int, slice_s: float, work: Path, database_ur
                 for _ in range(slices):
                     for name, server in servers.items():
                         samples[name].append(await _measured(clients[name], server, checks, c, slice_s))
-                row = {name: summarise(s) for name, s in samples.items()}
+                row: dict[str, Any] = {name: summarise(s) for name, s in samples.items()}
                 wn = servers[f"w{workers}"]
                 port = int(wn.url.rsplit(":", 1)[1])
                 row["spread"] = sorted((_connections(pid, port) for pid in _workers(wn)), reverse=True)
