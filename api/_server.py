@@ -45,7 +45,14 @@ from fastslow.router.settings import ServerSettings
 
 from .app import ErrorBody, ErrorDetail
 
-__all__ = ["GuardedConfig", "GuardedConnection", "GuardedH11Protocol", "Server", "server_config"]
+__all__ = [
+    "GuardedConfig",
+    "GuardedConnection",
+    "GuardedH11Protocol",
+    "Server",
+    "freeze_started_heap",
+    "server_config",
+]
 
 _OURS = ("http", "ws", "lifespan", "timeout_keep_alive", "h11_max_incomplete_event_size", "proxy_headers")
 _KINDS = {400: "bad_request", 431: "headers_too_large", 501: "not_implemented"}
@@ -223,20 +230,25 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.close()
 
 
-class Server(uvicorn.Server):
-    """uvicorn's server, with the heap it started with frozen out of the garbage collector's sweeps.
+def freeze_started_heap() -> None:
+    """Move what is alive once the app has started out of the garbage collector's full sweeps.
 
     Startup leaves a large, long-lived heap (the app, its policy, the engines and what they
     imported), and every full collection walked all of it again: about a tenth of a stubbed
-    policy check's CPU time (``py-spy``). ``gc.freeze()`` once the lifespan has started moves
-    what is alive then to the permanent generation; what requests allocate is collected as before.
+    policy check's CPU time (``py-spy``). ``gc.freeze()`` moves what is alive then to the permanent
+    generation; what requests allocate is collected as before.
     """
+    gc.collect()
+    gc.freeze()
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, with the heap it started with frozen (``freeze_started_heap``)."""
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started:
-            gc.collect()
-            gc.freeze()
+            freeze_started_heap()
 
 
 def server_config(

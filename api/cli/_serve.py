@@ -17,7 +17,6 @@ other (``_refuse_sqlite``), so ``--workers`` above 1 refuses it.
 
 from __future__ import annotations
 
-import gc
 import os
 import secrets
 import signal
@@ -190,6 +189,7 @@ def worker_app() -> FastAPI:
     uvicorn's supervisor imports this in each worker (``factory=True``): settings, policy and
     database are the ones ``fastslow serve`` checked before it started the workers.
     """
+    from fastslow.api._server import freeze_started_heap
     from fastslow.api.app import create_app
 
     settings = load_settings(None, None)
@@ -201,10 +201,8 @@ def worker_app() -> FastAPI:
     async def lifespan(running: Any) -> AsyncIterator[Any]:
         try:
             async with inner(running) as state:
-                # What fastslow.api.Server does after startup, which a worker's plain uvicorn.Server
-                # does not: the long-lived heap out of the garbage collector's full sweeps.
-                gc.collect()
-                gc.freeze()
+                # What fastslow.api.Server does after startup; a worker runs uvicorn's own server.
+                freeze_started_heap()
                 yield state
         finally:
             # A worker ends on the SIGTERM uvicorn raises again after shutdown, with no atexit:
