@@ -55,6 +55,7 @@ from typing import Any  # noqa: E402
 import yaml  # noqa: E402
 
 from fastslow.api import EvalOptions, build_runtime, evaluate  # noqa: E402
+from fastslow.engines.embedded.tools import load_zero_shot_calibrations  # noqa: E402
 from fastslow.policies.evaluation import Prediction, percentiles, read_predictions, read_run  # noqa: E402
 from fastslow.router import Router, Settings  # noqa: E402
 from fastslow.router.settings import EmbeddedSettings, System2Settings  # noqa: E402
@@ -1026,11 +1027,14 @@ def zero_shot(ctx: Context) -> dict[str, Any] | None:
     embedders = ctx.plan.embedders
     raw = fz.Raw(fz.RawCache(work / "cache"), embedders)
     if ctx.plan.zero_shot_sets is None:
+        # A set drawn from a fit set's source counts only under a calibration refitted without that
+        # source, which fit_zero_shot.py --evaluate measures; under the shipped one it would flatter.
         sets = fz.eval_sets(ctx.bench.data, work, ctx.plan.zero_shot_rows)
+        sets = {name: items for name, items in sets.items() if name not in fz.HELD_OUT_SOURCE}
     else:
         sets = {name: _zero_shot_set(fz, ctx, work, name) for name in ctx.plan.zero_shot_sets}
     raw.fill([it for items in sets.values() for it in items], "zero-shot evaluation sets")
-    calibrations = fz.load_zero_shot_calibrations(fz.SHIPPED)
+    calibrations = load_zero_shot_calibrations(fz.SHIPPED)
     return {
         "calibration": str(fz.SHIPPED.relative_to(REPO)),
         "rows_per_set": ctx.plan.zero_shot_rows,

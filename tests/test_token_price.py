@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from fastslow.engines.embedded import E5Embedder
-from fastslow.engines.embedded._openmp import team_size
+from fastslow.engines.embedded._openmp import SPIN_COUNT, bound_openmp_spin, team_size
 from fastslow.engines.embedded._reading import (
     CHECK_READ_TOKENS,
     READ_TOKENS,
@@ -250,3 +250,23 @@ def test_the_e5_engine_finds_the_openmp_runtime_it_loaded_and_embeds_alike_on_on
     whole = embedder._call(texts, shared=False)
     alone = embedder._call(texts, shared=True)  # as when another tenant's step runs beside it
     assert np.allclose(whole, alone, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("operator", "expected"),
+    [
+        ({}, str(SPIN_COUNT)),  # nothing chosen: a bounded spin, not a futex sleep per parallel region
+        ({"OMP_WAIT_POLICY": "PASSIVE"}, None),  # a spin count would override the operator's policy
+        ({"OMP_WAIT_POLICY": "ACTIVE"}, None),
+        ({"GOMP_SPINCOUNT": "infinite"}, "infinite"),  # the operator's own count stands
+    ],
+)
+def test_the_openmp_spin_is_bounded_unless_the_operator_chose_a_wait(
+    monkeypatch: pytest.MonkeyPatch, operator: dict[str, str], expected: str | None
+) -> None:
+    for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in operator.items():
+        monkeypatch.setenv(name, value)
+    bound_openmp_spin()
+    assert os.environ.get("GOMP_SPINCOUNT") == expected

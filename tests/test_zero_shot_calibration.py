@@ -154,3 +154,23 @@ def test_the_calibration_lowers_ece_on_a_set_it_was_not_fitted_on(shared_data: P
     assert ece(conf_cal, right_cal) < ece(conf_raw, right_raw) - 0.02
     # XSTest's AUROC is under 0.65: its answers escalate (at least 95 % under min_confidence 0.7).
     assert float(np.mean(np.array(conf_cal) < 0.7)) >= 0.95
+
+
+def test_the_ece_floor_is_what_a_calibrated_model_scores_by_chance_and_shrinks_with_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # bench/fit_zero_shot.py reports it beside each ECE: the part of a measured ECE that is noise.
+    import importlib
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "bench"))
+    module = importlib.import_module("fit_zero_shot")
+    rng = np.random.default_rng(7)
+    small, large = rng.uniform(0.3, 0.9, 1_000), rng.uniform(0.3, 0.9, 20_000)
+    floor_small, floor_large = module.ece_floor(small), module.ece_floor(large)
+    assert floor_small == module.ece_floor(small)  # seeded: the same rows give the same floor
+    assert 0.015 < floor_small < 0.05  # most of a 0.05 target on 1,000 rows
+    assert floor_large < floor_small / 3  # about 1 / sqrt(rows)
+    # A model right exactly as often as it says scores near its floor; one 10 points overconfident does not.
+    right = rng.random(len(small)) < small
+    assert ece(small, right) < floor_small + 0.03
+    assert ece(np.minimum(small + 0.1, 1.0), right) > floor_small + 0.05

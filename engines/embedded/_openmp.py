@@ -13,11 +13,40 @@ in ``/proc/self/maps``); where there is none to find, nothing is changed.
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["TeamSize", "team_size"]
+__all__ = ["SPIN_COUNT", "TeamSize", "bound_openmp_spin", "team_size"]
+
+
+SPIN_COUNT = 3_000
+"""How long (libgomp's ``GOMP_SPINCOUNT``, in spins of roughly 10 ns) an OpenMP thread waits for the
+next parallel region before it sleeps: tens of microseconds. One e5 call runs many short parallel
+regions (a few per layer), so a team waits between regions within one call far more often than
+between calls. Sleeping at once (``OMP_WAIT_POLICY=PASSIVE``, what the e5 embedder asked for before)
+pays a futex sleep and wake per region; spinning without end (``ACTIVE``) burns a core while the
+engine idles; libgomp's default (300,000 spins) spins milliseconds after every call.
+
+Measured on this two-core machine, a 19-token text embedded 100 times, 0, 5 and 50 ms apart, two
+runs each (p50 ms / CPU ms a call): PASSIVE 36-50 / 45-60; 300 spins 35-41 / 53-58 (too short to
+bridge the gaps); 1,000 26-36 / 46-55; 3,000 25-26 / 45-51; 10,000 20-27 / 41-53; 300,000 22-26 /
+43-59. Through ``fastslow serve`` (``bench/abuse.py``, two runs each), a short check alone: p50 25.5
+and 24.2 ms at 3,000 spins against 37.1 and 68.7 with PASSIVE; another tenant's p99 while ten
+clients send the costliest checks: 97.7 and 93.6 ms against 94.7 and 93.7 (10,000 spins: 119.9 and
+120.6, its teams' spinning taken from the other tenant's lane)."""
+
+
+def bound_openmp_spin() -> None:
+    """Set ``GOMP_SPINCOUNT`` to ``SPIN_COUNT`` unless the operator chose a wait policy or a spin count.
+
+    OpenMP reads it once, when its runtime loads: call this before the engine that loads it. An
+    explicit ``GOMP_SPINCOUNT`` overrides ``OMP_WAIT_POLICY`` in libgomp, so an operator's
+    ``OMP_WAIT_POLICY`` leaves the count unset here.
+    """
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
 
 
 @dataclass(frozen=True, slots=True)
