@@ -444,20 +444,21 @@ def _clinc_cv(
     return {"tasks": tasks}, rows
 
 
-def _clinc_test(ctx: Context) -> list[dict[str, Any]]:
-    """The test split, or a seeded sample of it keeping the in-scope / out-of-scope mix."""
-    if "clinc_test" not in ctx.cache:
+def _clinc_test(ctx: Context, split: str = "test") -> list[dict[str, Any]]:
+    """The test split (or ``split``), or a seeded sample of it keeping the in-scope / out-of-scope mix."""
+    key = "clinc_test" if split == "test" else f"clinc_{split}"
+    if key not in ctx.cache:
         full, _ = ctx.bench.converted("clinc150-domain", None)
-        test = _split(read_jsonl(full), "test")
+        test = _split(read_jsonl(full), split)
         oos = [r for r in test if NONE in r["labels"].values()]
         in_scope = [r for r in test if NONE not in r["labels"].values()]
         n = ctx.plan.clinc_test
-        rng = ctx.rng("clinc-test")
+        rng = ctx.rng("clinc-test" if split == "test" else f"clinc-{split}")
         if n is not None and n < len(test):
             n_oos = round(n * len(oos) / len(test))
             oos, in_scope = rng.sample(oos, n_oos), rng.sample(in_scope, n - n_oos)
-        ctx.cache["clinc_test"] = in_scope + oos
-    rows: list[dict[str, Any]] = ctx.cache["clinc_test"]
+        ctx.cache[key] = in_scope + oos
+    rows: list[dict[str, Any]] = ctx.cache[key]
     return rows
 
 
@@ -479,13 +480,29 @@ def route_figures(predictions: Sequence[Prediction]) -> list[dict[str, Any]]:
 
 
 async def clinc(
-    ctx: Context, embedder: str, *, open_set_rate: float = 0.1, head: str = "adapted", agreement: bool = False
+    ctx: Context,
+    embedder: str,
+    *,
+    open_set_rate: float = 0.1,
+    head: str = "adapted",
+    agreement: bool = False,
+    split: str = "test",
 ) -> dict[str, Any]:
     """Section 1 for one embedder, open-set rate and head; with ``agreement`` (an ensemble), its
-    tasks also escalate whenever the encoders disagree (``min_agreement: 1``), in the folds too."""
+    tasks also escalate whenever the encoders disagree (``min_agreement: 1``), in the folds too.
+    ``split``: the rows judged (``validation`` to choose a setting on, as ``bench/open_set_rate.py`` does)."""
     template, examples = _clinc_examples(ctx)
     settings = ctx.runs.settings(embedder, open_set_rate=open_set_rate, head=head)
-    label = _slug("clinc", embedder, "open-set" if open_set_rate else "no-open-set", head, *(["agree"] * agreement))
+    rate = [] if open_set_rate in (0.0, 0.1) else [f"rate-{open_set_rate:g}"]
+    label = _slug(
+        "clinc",
+        embedder,
+        "open-set" if open_set_rate else "no-open-set",
+        *rate,
+        head,
+        *(["agree"] * agreement),
+        *([] if split == "test" else [split]),
+    )
     policy, rows = _clinc_cv(template, examples, ctx, agreement=agreement)
     cv = await ctx.runs.predictions(f"{label}-cv", rows, policy, settings)
     chosen = choose_thresholds(
@@ -493,7 +510,9 @@ async def clinc(
     )
     log(f"{label}: thresholds {chosen.min_confidence} / {chosen.min_margin} (CV kept {chosen.kept:.1%})")
     policy = {"tasks": {"clinc150-domain": _route_task(template, examples, chosen, agreement=agreement)}}
-    test = await ctx.runs.predictions(f"{label}-test", _clinc_test(ctx), policy, settings, task="clinc150-domain")
+    test = await ctx.runs.predictions(
+        f"{label}-test", _clinc_test(ctx, split), policy, settings, task="clinc150-domain"
+    )
     reasons: dict[str, int] = {}
     for p in test:
         reasons[p.reason] = reasons.get(p.reason, 0) + 1
