@@ -49,7 +49,7 @@ import math
 import random
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -491,6 +491,11 @@ def _fit(engine: str, model: str, kind: str, form: str, data: Arrays) -> ZeroSho
     return _calibration(engine, model, kind, form, w, (ks[0], ks[-1]))
 
 
+def _group_sizes(items: Sequence[Item]) -> dict[str, int]:
+    """Rows of each fit set (group) in ``items``, by name."""
+    return dict(sorted(Counter(item.group for item in items).items()))
+
+
 def _equal_weights(items: Sequence[Item]) -> list[float]:
     """Each group (set) weighs the same in total, whatever its size."""
     counts: dict[str, int] = defaultdict(int)
@@ -538,8 +543,9 @@ def ece_floor(confidence: Sequence[float]) -> float:
     return float(np.mean([ece(c, rng.random(len(c)) < c) for _ in range(ECE_FLOOR_DRAWS)]))
 
 
-def figures(items: Sequence[Item], probs: Sequence[dict[str, float]]) -> dict[str, Any]:
-    """Rows, accuracy, ECE, AUROC, Brier and Brier skill scores.
+def figures(items: Sequence[Item], probs: Sequence[dict[str, float]], *, floor: bool = False) -> dict[str, Any]:
+    """Rows, accuracy, ECE, AUROC, Brier and Brier skill scores; with ``floor``, the ECE's ``ece_floor`` too
+    (200 seeded draws: only for the figures shown, not for every fit the form selection scores).
 
     ``brier_skill`` is against the base rates of the whole set (one forecast of its label
     frequencies for every row); ``brier_skill_per_question`` against each question's own (the
@@ -572,7 +578,7 @@ def figures(items: Sequence[Item], probs: Sequence[dict[str, float]]) -> dict[st
         "accuracy": float(np.mean(right)),
         "mean_confidence": float(np.mean(conf)),
         "ece": ece(conf, right),
-        "ece_floor": ece_floor(conf),
+        "ece_floor": ece_floor(conf) if floor else None,
         "auroc": auroc(yes_scores, yes_truth) if noul else auroc(conf, right),
         "auroc_of": "P(yes) for yes rows" if noul else "confidence for right answers",
         "confidence_auroc": auroc(conf, right),
@@ -727,12 +733,9 @@ def fit(
             vprobs = [raw.get(source, it) for it in vitems]
             before = figures(vitems, vprobs)
             after = figures(vitems, [cal.apply(p) for p in vprobs])
-            groups: dict[str, int] = defaultdict(int)
-            for it in items:
-                groups[it.group] += 1
             info = {
                 "fitted_on": {
-                    "sets": {g: {"split": "train", "rows": c} for g, c in sorted(groups.items())},
+                    "sets": {g: {"split": "train", "rows": c} for g, c in _group_sizes(items).items()},
                     "n": len(items),
                     "weighting": "each set weighs the same",
                     "source": "../shared/data (bench/fit_zero_shot.py)",
@@ -801,10 +804,7 @@ def without_source(
         entries[(engine, model, "choice")] = _fit(
             engine, model, "choice", shipped.form, _arrays(items, probs, _equal_weights(items))
         )
-    groups: dict[str, int] = defaultdict(int)
-    for it in items:
-        groups[it.group] += 1
-    return ZeroShotCalibrations(entries), dict(sorted(groups.items()))
+    return ZeroShotCalibrations(entries), _group_sizes(items)
 
 
 def evaluate(
@@ -823,7 +823,9 @@ def evaluate(
             label = "sparrow" if source == "sparrow" else f"embedded ({source})"
             probs = [raw.get(source, it) for it in items]
             before = figures(items, probs)
-            after = figures(items, [cals_here.apply(p, engine=engine, model=model, kind=kind) for p in probs])
+            after = figures(
+                items, [cals_here.apply(p, engine=engine, model=model, kind=kind) for p in probs], floor=True
+            )
             out.setdefault(name, {})[label] = {"kind": kind, "raw": _r(before), "calibrated": _r(after)}
             if kind == "noul":  # the embedded engine's nouls are sparrow's
                 out[name]["embedded (sparrow's nouls)"] = out[name][label]

@@ -446,14 +446,14 @@ def _clinc_cv(
 
 def _clinc_test(ctx: Context, split: str = "test") -> list[dict[str, Any]]:
     """The test split (or ``split``), or a seeded sample of it keeping the in-scope / out-of-scope mix."""
-    key = "clinc_test" if split == "test" else f"clinc_{split}"
+    key = f"clinc_{split}"
     if key not in ctx.cache:
         full, _ = ctx.bench.converted("clinc150-domain", None)
         test = _split(read_jsonl(full), split)
         oos = [r for r in test if NONE in r["labels"].values()]
         in_scope = [r for r in test if NONE not in r["labels"].values()]
         n = ctx.plan.clinc_test
-        rng = ctx.rng("clinc-test" if split == "test" else f"clinc-{split}")
+        rng = ctx.rng(f"clinc-{split}")
         if n is not None and n < len(test):
             n_oos = round(n * len(oos) / len(test))
             oos, in_scope = rng.sample(oos, n_oos), rng.sample(in_scope, n - n_oos)
