@@ -92,10 +92,11 @@ def proxy_app(stub_url: str) -> FastAPI:
     from fastslow.engines import aiohttp_transport
     from fastslow.engines.jev import PROFILES, build_request, encode_body, post_with_retries
     from fastslow.policies import BUILTIN_POLICY, load_policy
-    from fastslow.router import ReadOptions
+    from fastslow.router import CheckTask, ReadOptions
     from fastslow.router.engine_api import Deadline, check_state
 
     task = load_policy(BUILTIN_POLICY).tasks["tool_safety"]
+    assert isinstance(task, CheckTask)
     questions = {f"tool_safety.{name}": rule.question for name, rule in task.rules.items()}
     violations = {f"tool_safety.{name}": rule.action.violation for name, rule in task.rules.items()}
     options = ReadOptions(violations=violations)

@@ -20,8 +20,8 @@ from langgraph_jev import JevClient, JevNode, choice, route_by_decision
 from langgraph_jev_router import TypeSafeBackend, jev_first
 from typesafe_sdk import AsyncTypeSafeClient, TypeSafeClient
 
-from fastslow.engines.jev import JevEngine
 from fastslow.router import Decision, PolicySet, State
+from fastslow.router.engine_api import DecisionEngine
 
 __all__ = [
     "PEERS",
@@ -66,10 +66,10 @@ def stub_sync_client() -> httpx2.Client:
 class StubEngines:
     """fastslow's engine source: the one stubbed ``JevEngine``."""
 
-    def __init__(self, engine: JevEngine) -> None:
+    def __init__(self, engine: DecisionEngine) -> None:
         self.engine = engine
 
-    def engine_for(self, name: str | None, policy: PolicySet) -> JevEngine:
+    def engine_for(self, name: str | None, policy: PolicySet) -> DecisionEngine:
         del name, policy
         return self.engine
 
@@ -134,7 +134,8 @@ class _StubBackend(TypeSafeBackend):
 
     def _sync_client(self) -> Any:
         if self._client is None:
-            self._client = TypeSafeClient(**self._client_kwargs(), http_client=stub_sync_client())
+            # The peer's backend sets ``self._client = None`` without an annotation, so mypy reads it as None.
+            self._client = TypeSafeClient(**self._client_kwargs(), http_client=stub_sync_client())  # type: ignore[assignment]
         return self._client
 
     def _async_client(self) -> Any:

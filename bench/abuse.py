@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from _ready import wait_answering
 
 BIN = Path(sys.executable).parent
 SHORT = {"policies": ["tool_safety"], "tool_call": {"name": "shell", "arguments": {"command": "ls -la"}}}
@@ -91,16 +92,8 @@ def serving(data_dir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], dict
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx2.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx2.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("fastslow serve did not start")
-            time.sleep(0.2)
+        if not wait_answering(f"{url}/healthz", alive=lambda: process.poll() is None, deadline_s=120):
+            raise RuntimeError("fastslow serve did not start")
         yield url, process, env
     finally:
         process.terminate()

@@ -77,7 +77,7 @@ def _policy() -> PolicySet:
         f"fact{i}": ClassifyTask(name=f"fact{i}", questions={"q": Noul(instructions=f"Does the text state fact {i}?")})
         for i in range(CALLERS)
     }
-    return PolicySet(tasks=tasks, version="bench")  # type: ignore[arg-type]
+    return PolicySet(tasks=tasks, version="bench")
 
 
 def _router(stub: _Stub, *, coalesce: bool) -> Router:

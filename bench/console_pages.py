@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from _ready import wait_answering
 from sqlalchemy import create_engine, insert, make_url, text
 
 from fastslow.api.store import (
@@ -208,16 +209,8 @@ def measure(database: str, url: str, n: int, runs: int, work: Path) -> dict[str,
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx2.get(base + "/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx2.TransportError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"fastslow serve did not start:\n{log.read_text(errors='replace')[-2000:]}")
-            time.sleep(0.3)
+        if not wait_answering(base + "/readyz", alive=lambda: server.poll() is None, deadline_s=300):
+            raise RuntimeError(f"fastslow serve did not start:\n{log.read_text(errors='replace')[-2000:]}")
         with httpx2.Client(base_url=base, timeout=30, follow_redirects=False) as client:
             signin = client.get("/console/sign-in")
             csrf = _csrf(signin.text)

@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from _ready import wait_answering
 
 REPO = Path(__file__).resolve().parent.parent
 RATE_LIMIT = 100_000_000
@@ -194,16 +195,9 @@ def pin(server: Server, core: int | None) -> None:
 
 def wait_ready(server: Server, path: str, deadline_s: float = 120.0) -> None:
     """Until ``path`` answers 200; the server's log tail in the error when it dies or never does."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            if httpx2.get(server.url + path, timeout=2).status_code == 200:
-                return
-        except httpx2.TransportError:
-            pass
-        if server.process.poll() is not None or time.monotonic() > deadline:
-            tail = server.log.read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"{server.name} did not become ready at {path}:\n{tail}")
+    if not wait_answering(server.url + path, alive=lambda: server.process.poll() is None, deadline_s=deadline_s):
+        tail = server.log.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"{server.name} did not become ready at {path}:\n{tail}")
         time.sleep(0.2)
 
 

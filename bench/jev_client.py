@@ -49,7 +49,7 @@ from http_service import SERVERS, Fleet, _cores, _p99, wait_ready
 from fastslow.engines import aiohttp_transport, fast_transport
 from fastslow.engines.jev import PROFILES, build_request, client_headers, encode_body, post_with_retries
 from fastslow.policies import BUILTIN_POLICY, load_policy
-from fastslow.router import ReadOptions
+from fastslow.router import CheckTask, ReadOptions
 from fastslow.router.engine_api import Deadline, check_state
 
 CONCURRENCY = (1, 8, 32)
@@ -65,6 +65,7 @@ Exchange = Callable[[], Awaitable[None]]
 def jev_body() -> bytes:
     """The Jev request the example policy's ``tool_safety`` check sends, as the engine encodes it."""
     task = load_policy(BUILTIN_POLICY).tasks["tool_safety"]
+    assert isinstance(task, CheckTask)
     questions = {f"tool_safety.{name}": rule.question for name, rule in task.rules.items()}
     violations = {f"tool_safety.{name}": rule.action.violation for name, rule in task.rules.items()}
     state = check_state({"name": "shell", "arguments": {"command": "ls -la /srv/1"}})
@@ -205,7 +206,7 @@ async def measure(url: str, slices: int, n: int, warmup: int) -> dict[str, Any]:
                     got[name].append(await run_slice(exchange, concurrency, n))
         finally:
             await clients.aclose()
-        row = {name: summarise(s) for name, s in got.items()}
+        row: dict[str, Any] = {name: summarise(s) for name, s in got.items()}
         base, other = row["httpx2"]["cpu_us_per_exchange"], row["aiohttp"]["cpu_us_per_exchange"]
         row["aiohttp_cpu_vs_httpx2"] = other / base if base and other else None
         results[str(concurrency)] = row

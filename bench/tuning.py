@@ -43,7 +43,7 @@ from fastslow.engines.chat import call_cost  # noqa: E402
 from fastslow.policies import load_policy  # noqa: E402
 from fastslow.policies.evaluation import Prediction, read_predictions  # noqa: E402
 from fastslow.policies.tuning import PolicyEditor, TooFewLabels, apply_fit, collect, kept_answer, tune  # noqa: E402
-from fastslow.router import ClassifyTask, RouteTask, Task  # noqa: E402
+from fastslow.router import CheckTask, ClassifyTask, RouteTask, Task  # noqa: E402
 
 from _data import Bench, log, offline_settings, read_jsonl, seeded_sample, wilson, write_jsonl  # noqa: E402
 
@@ -266,7 +266,9 @@ async def xstest_set(bench: Bench, *, embedder: str, rotations: int) -> dict[str
         apply_fit(editor, fit)
         editor.write()
         log(f"xstest rotation {k}: " + "; ".join(fit.lines))
-        action = load_policy(policy).tasks[task_name].rules[rule].action  # type: ignore[attr-defined]
+        check = load_policy(policy).tasks[task_name]
+        assert isinstance(check, CheckTask)
+        action = check.rules[rule].action
         fits.append({**fit.record["rules"][rule], "allow_at": action.allow_at, "deny_at": action.deny_at})
         options = EvalOptions(policy=policy, task=task_name, progress=False, system2=False)
         await evaluate(test_file, work / "test-run", settings=settings, options=options)

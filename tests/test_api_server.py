@@ -12,6 +12,7 @@ import pytest
 
 from fakes.embedded import child_env
 from fakes.serving import free_port
+from fakes.tls import TLS
 
 _APP = """
 import gc, sys
@@ -42,7 +43,7 @@ def test_the_heap_alive_at_startup_is_frozen_and_collection_stays_on(tmp_path: P
         while True:
             assert process.poll() is None, log.read_text()
             try:
-                answer = httpx2.get(f"http://127.0.0.1:{port}/gc", timeout=2)
+                answer = httpx2.get(f"http://127.0.0.1:{port}/gc", timeout=2, verify=TLS)
                 break
             except httpx2.TransportError:
                 assert time.monotonic() < deadline, log.read_text()

@@ -30,6 +30,7 @@ from fastslow.router import Settings
 from fakes.api_server import api_client, new_key
 from fakes.databases import postgres_schema_url  # noqa: F401  (fixture)
 from fakes.serving import STARTUP_S, cli, serve_env, serving, worker_pids
+from fakes.tls import TLS
 
 WORKERS = 2
 CLIENTS = 6
@@ -128,7 +129,7 @@ async def test_two_workers(tmp_path: Path, postgres_schema_url: str) -> None:  #
         # worker's (which may have counted a few it never answered), the survivor's and the replacement's.
         scrapes = []
         for _ in range(4):
-            async with httpx2.AsyncClient(base_url=url) as http:
+            async with httpx2.AsyncClient(base_url=url, verify=TLS) as http:
                 scrapes.append(_decision_totals((await http.get("/metrics")).text))
         assert len(set(scrapes)) == 1
         assert len(acknowledged) <= scrapes[0] <= len(acknowledged) + CLIENTS * 2

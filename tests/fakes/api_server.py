@@ -32,6 +32,7 @@ from fastslow.api.store import DEFAULT_SCOPES, DecisionStore, database_url_for, 
 from fastslow.router import Settings
 
 from fakes.embedded import first_build
+from fakes.tls import TLS
 
 __all__ = [
     "REPO",
@@ -101,13 +102,20 @@ def api_client(base_url: str, key: str | None = None, **kw: Any) -> httpx2.Async
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     headers.update(kw.pop("headers", {}))
     return httpx2.AsyncClient(
-        base_url=base_url, headers=headers, timeout=kw.pop("timeout", 60.0), event_hooks={"response": [_keep]}, **kw
+        base_url=base_url,
+        headers=headers,
+        timeout=kw.pop("timeout", 60.0),
+        event_hooks={"response": [_keep]},
+        verify=kw.pop("verify", TLS),
+        **kw,
     )
 
 
 def sdk_http_client(**kw: Any) -> httpx2.AsyncClient:
     """An ``httpx2`` client to hand the typesafe SDK (``http_client=``), recording responses the same way."""
-    return httpx2.AsyncClient(timeout=kw.pop("timeout", 60.0), event_hooks={"response": [_keep]}, **kw)
+    return httpx2.AsyncClient(
+        timeout=kw.pop("timeout", 60.0), event_hooks={"response": [_keep]}, verify=kw.pop("verify", TLS), **kw
+    )
 
 
 TEST_ENGINE_TIMEOUT_S = 30.0

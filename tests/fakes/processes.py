@@ -8,6 +8,8 @@ from pathlib import Path
 
 import httpx2
 
+from fakes.tls import TLS
+
 __all__ = ["wait_until_answering"]
 
 
@@ -16,12 +18,13 @@ def wait_until_answering(
 ) -> None:
     """Poll ``url`` until it answers 200; fail with ``log``'s text if ``process`` exits or ``timeout_s`` passes."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        assert process.poll() is None, log.read_text()
-        try:
-            if httpx2.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx2.TransportError:
-            pass
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(every_s)
+    with httpx2.Client(timeout=1.0, verify=TLS) as client:
+        while True:
+            assert process.poll() is None, log.read_text()
+            try:
+                if client.get(url).status_code == 200:
+                    return
+            except httpx2.TransportError:
+                pass
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(every_s)

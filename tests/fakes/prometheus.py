@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from fakes.processes import wait_until_answering
+from fakes.tls import TLS
 
 __all__ = ["REQUIRED", "Prometheus", "binary", "running_prometheus"]
 
@@ -60,7 +61,7 @@ class Prometheus:
 
     def get(self, path: str, **params: str) -> Any:
         """``GET /api/v1/<path>``'s ``data``, asserting the call succeeded."""
-        response = httpx2.get(f"{self.url}/api/v1/{path}", params=params, timeout=10.0)
+        response = httpx2.get(f"{self.url}/api/v1/{path}", params=params, timeout=10.0, verify=TLS)
         body = response.json()
         assert response.status_code == 200 and body.get("status") == "success", (path, params, response.text)
         return body["data"]
