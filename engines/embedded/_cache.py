@@ -30,6 +30,7 @@ from numpy.typing import NDArray
 from fastslow.router.engine_api import StopToken
 
 from ._embedders import Embedder
+from ._shipped import shipped_vectors
 
 __all__ = ["MEMORY_ONLY_ENTRIES", "STATE_SHARD_ENTRIES", "EmbeddingCache", "default_cache_dir"]
 
@@ -61,10 +62,17 @@ def _digest(text: str) -> bytes:
 
 
 class EmbeddingCache:
-    """Embeds through the cache: texts seen before (by any process) are read, not recomputed."""
+    """Embeds through the cache: texts seen before (by any process) are read, not recomputed.
 
-    def __init__(self, directory: Path | None = None) -> None:
+    Args:
+        directory: the cache's folder (``default_cache_dir()`` when omitted).
+        shipped: start from the embeddings fastslow ships (``_shipped``: the built-in policy's
+            texts); off only to build them.
+    """
+
+    def __init__(self, directory: Path | None = None, *, shipped: bool = True) -> None:
         self.directory = directory if directory is not None else default_cache_dir()
+        self._shipped = shipped
         self._memory: dict[str, dict[bytes, NDArray[np.float32]]] = {}
         self._shards: dict[str, set[str]] = {}
         """Per model, the shard files already read into ``_memory``."""
@@ -83,9 +91,17 @@ class EmbeddingCache:
         table = self._memory.get(model_id)
         if table is not None:
             return table
-        self._memory[model_id], self._shards[model_id] = {}, set()
+        self._memory[model_id] = dict(shipped_vectors(model_id)) if self._shipped else {}
+        self._shards[model_id] = set()
         self._read_new_shards(model_id)
         return self._memory[model_id]
+
+    def vectors(self, model_id: str) -> dict[bytes, NDArray[np.float32]]:
+        """Every embedding of ``model_id`` the cache holds (its folder's and the shipped ones), by text sha256."""
+        with self._lock:
+            self._load(model_id)
+            self._read_new_shards(model_id)
+            return dict(self._memory[model_id])
 
     def _read_new_shards(self, model_id: str) -> None:
         """Read the shards of ``model_id``'s folder not read before, if the folder changed since it was listed."""
