@@ -198,7 +198,6 @@ def wait_ready(server: Server, path: str, deadline_s: float = 120.0) -> None:
     if not wait_answering(server.url + path, alive=lambda: server.process.poll() is None, deadline_s=deadline_s):
         tail = server.log.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"{server.name} did not become ready at {path}:\n{tail}")
-        time.sleep(0.2)
 
 
 def make_key(server: Server) -> None:

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastslow.engines.embedded._background import BACKGROUND_DIR, MANIFEST, background_units, load_background
+from fastslow.engines.embedded._background import BACKGROUND_DIR, background_units, load_background
 from fastslow.engines.embedded._embedders import E5_FILES, load_embedder
+from fastslow.engines.embedded._shards import MANIFEST
 from fastslow.router import ConfigError
 
 

@@ -31,6 +31,7 @@ from fastslow.router import ConfigError
 from ._cache import EmbeddingCache
 from ._embedders import Embedder, verify_sha256
 from ._reading import check_windows, squash
+from ._shards import read_manifest, record
 
 __all__ = ["BACKGROUND_DIR", "Background", "background_units", "build", "load_background"]
 
@@ -38,7 +39,6 @@ log = logging.getLogger("fastslow.embedded")
 
 BACKGROUND_DIR = Path(__file__).resolve().parent / "background"
 """Resolved: an editable install links this module, and the texts and vectors live beside its source."""
-MANIFEST = "manifest.json"
 UNIT_CHARS = 400
 """Long background texts are learnt in pieces of this size (overlapping by 100): ordinary text of
 every length up to a few sentences; a check's own windows are shorter (``_reading``)."""
@@ -73,14 +73,6 @@ def _digest(units: tuple[str, ...]) -> str:
     return hashlib.sha256("\n".join(units).encode("utf-8")).hexdigest()
 
 
-def _manifest(directory: Path) -> dict[str, dict[str, str]]:
-    try:
-        data: dict[str, dict[str, str]] = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-        return data
-    except FileNotFoundError:
-        return {}
-
-
 def load_background(
     embedder: Embedder, cache: EmbeddingCache | None = None, *, directory: Path = BACKGROUND_DIR
 ) -> Background:
@@ -95,7 +87,7 @@ def load_background(
             return _loaded[key]
     units = background_units(directory)
     digest = _digest(units)
-    entry = _manifest(directory).get(embedder.model_id)
+    entry = read_manifest(directory).get(embedder.model_id)
     if entry is not None:
         path = directory / entry["file"]
         if entry["units_sha256"] != digest:
@@ -122,12 +114,5 @@ def build(embedder: Embedder, directory: Path = BACKGROUND_DIR) -> Path:
     vectors = embedder.embed(list(units)).astype(np.float16)
     path = directory / f"{embedder.name}.npy"
     np.save(path, vectors, allow_pickle=False)
-    manifest = _manifest(directory)
-    manifest[embedder.model_id] = {
-        "file": path.name,
-        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-        "units_sha256": _digest(units),
-        "units": str(len(units)),
-    }
-    (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    record(directory, embedder.model_id, path, units_sha256=_digest(units), units=str(len(units)))
     return path

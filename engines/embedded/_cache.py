@@ -30,6 +30,7 @@ from numpy.typing import NDArray
 from fastslow.router.engine_api import StopToken
 
 from ._embedders import Embedder
+from ._shards import read_shard, write_shard
 from ._shipped import shipped_vectors
 
 __all__ = ["MEMORY_ONLY_ENTRIES", "STATE_SHARD_ENTRIES", "EmbeddingCache", "default_cache_dir"]
@@ -119,13 +120,9 @@ class EmbeddingCache:
                 continue
             read.add(shard.name)
             try:
-                with np.load(shard, allow_pickle=False) as z:
-                    keys, vectors = z["keys"], z["vectors"].astype(np.float32)
+                table.update(read_shard(shard))
             except (OSError, ValueError, KeyError) as exc:
                 log.warning("skipping unreadable embedding cache shard %s: %s", shard, exc)
-                continue
-            for key, vector in zip(keys, vectors, strict=True):
-                table[bytes(key)] = vector
 
     def _write(self, model_id: str, keys: list[bytes], vectors: NDArray[np.float32]) -> None:
         folder = self._folder(model_id)
@@ -134,7 +131,7 @@ class EmbeddingCache:
             name = hashlib.sha256(b"".join(sorted(keys))).hexdigest()[:32] + ".npz"
             fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, keys=np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 32), vectors=vectors)
+                write_shard(fh, keys, vectors)
             os.replace(tmp, folder / name)
             self._shards.setdefault(model_id, set()).add(name)
         except OSError as exc:  # a read-only or full disk costs speed, not correctness

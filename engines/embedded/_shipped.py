@@ -14,18 +14,17 @@ first use, as any new text is. Rebuild after editing the built-in policy's examp
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ._embedders import Embedder, verify_sha256
+from ._shards import read_manifest, read_shard, record, write_shard
 
 if TYPE_CHECKING:
     from ._cache import EmbeddingCache
@@ -34,15 +33,6 @@ __all__ = ["SHIPPED_DIR", "build_shipped", "shipped_vectors"]
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "shipped"
 """Resolved: an editable install links this module, and the vectors live beside its source."""
-MANIFEST = "manifest.json"
-
-
-def _manifest(directory: Path) -> dict[str, Any]:
-    path = directory / MANIFEST
-    if not path.is_file():
-        return {}
-    loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return loaded
 
 
 @functools.cache
@@ -54,15 +44,15 @@ def shipped_vectors(model_id: str, directory: Path = SHIPPED_DIR) -> Mapping[byt
     Raises:
         ConfigError: the file fails its hash check.
     """
-    entry = _manifest(directory).get(model_id)
+    entry = read_manifest(directory).get(model_id)
     if entry is None:
         return MappingProxyType({})
     path = directory / entry["file"]
     verify_sha256(path, entry["sha256"])
-    with np.load(path, allow_pickle=False) as z:
-        keys, vectors = z["keys"], z["vectors"].astype(np.float32)
-    vectors.flags.writeable = False
-    return MappingProxyType({bytes(key): vector for key, vector in zip(keys, vectors, strict=True)})
+    vectors = read_shard(path)
+    for vector in vectors.values():
+        vector.flags.writeable = False
+    return MappingProxyType(vectors)
 
 
 def build_shipped(
@@ -83,17 +73,7 @@ def build_shipped(
     path = directory / f"{embedder.name}.npz"
     directory.mkdir(parents=True, exist_ok=True)
     with path.open("wb") as fh:
-        np.savez_compressed(
-            fh,
-            keys=np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 32),
-            vectors=np.stack([table[k] for k in keys]).astype(np.float32),
-        )
-    manifest = _manifest(directory)
-    manifest[embedder.model_id] = {
-        "file": path.name,
-        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-        "texts": len(keys),
-    }
-    (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_shard(fh, keys, np.stack([table[k] for k in keys]).astype(np.float32), compressed=True)
+    record(directory, embedder.model_id, path, texts=len(keys))
     shipped_vectors.cache_clear()
     return path
